@@ -1,0 +1,59 @@
+# t1flow: durable T1 post-training pipelines on Temporal.
+# Local state lives under .t1flow/ (override with T1FLOW_HOME).
+SHELL := /bin/bash
+export T1FLOW_HOME ?= $(CURDIR)/.t1flow
+export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
+WORKFLOWCHECK_VERSION ?= v0.6.0
+
+.PHONY: all build deps docker temporal base-image dev stop worker demo test unit bench lint
+
+all: build
+
+build:
+	go build -o bin/worker ./worker
+	go build -o bin/starter ./starter
+
+# Everything the tests and the demo need: a Docker daemon, the pinned
+# Temporal CLI, and the sandbox base image (built offline, cached by recipe).
+deps: docker temporal base-image
+
+docker:
+	@scripts/ensure-docker.sh
+
+temporal:
+	@temporal-dev/dev.sh install
+
+base-image: docker build
+	@bin/worker -prepare-only
+
+# Starts the Temporal dev server in the background (idempotent).
+dev:
+	@temporal-dev/dev.sh start
+
+stop:
+	@scripts/demo.sh stop-worker
+	@temporal-dev/dev.sh stop
+
+# A worker with every role, in the foreground.
+worker: deps dev
+	bin/worker -role all -log-level info
+
+demo: deps dev
+	@scripts/demo.sh
+
+# Unit tests, then integration tests against the real dev server and Docker.
+test: deps
+	go vet ./...
+	T1FLOW_INTEGRATION=1 go test -count=1 -timeout 40m ./...
+
+unit:
+	go test ./...
+
+bench: deps
+	go run ./bench -out docs/bench.md
+
+lint:
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	go vet ./...
+	@test -x $(T1FLOW_HOME)/bin/workflowcheck || GOBIN=$(T1FLOW_HOME)/bin go install go.temporal.io/sdk/contrib/tools/workflowcheck@$(WORKFLOWCHECK_VERSION)
+	$(T1FLOW_HOME)/bin/workflowcheck ./workflows/...

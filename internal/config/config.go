@@ -1,0 +1,70 @@
+// Package config resolves where t1flow's local state lives and how to reach
+// Temporal: flags first, then the environment, then the local defaults.
+package config
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"os"
+	"path/filepath"
+
+	"go.temporal.io/sdk/client"
+	tlog "go.temporal.io/sdk/log"
+
+	"github.com/t1flow/t1flow/internal/store"
+)
+
+// Home is the local state directory: $T1FLOW_HOME, else ./.t1flow.
+func Home() string {
+	if h := os.Getenv("T1FLOW_HOME"); h != "" {
+		return h
+	}
+	return ".t1flow"
+}
+
+// StoreDir is the local artifact store: $T1FLOW_STORE, else <home>/store.
+func StoreDir() string {
+	if s := os.Getenv("T1FLOW_STORE"); s != "" {
+		return s
+	}
+	return filepath.Join(Home(), "store")
+}
+
+// OpenStore opens the artifact store at dir.
+func OpenStore(dir string) (store.Store, error) { return store.NewLocal(dir) }
+
+// Namespace is $TEMPORAL_NAMESPACE or "default".
+func Namespace() string {
+	if ns := os.Getenv("TEMPORAL_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "default"
+}
+
+// Dial connects to $TEMPORAL_ADDRESS (default localhost:7233).
+func Dial(ctx context.Context, logLevel slog.Level) (client.Client, error) {
+	addr := os.Getenv("TEMPORAL_ADDRESS")
+	if addr == "" {
+		addr = "127.0.0.1:7233"
+	}
+	c, err := client.DialContext(ctx, client.Options{
+		HostPort:  addr,
+		Namespace: Namespace(),
+		Logger:    tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("temporal at %s: %w (start it with `make dev`)", addr, err)
+	}
+	return c, nil
+}
+
+// UIURL links a workflow in the Temporal UI ($T1FLOW_UI, default http://localhost:8233).
+func UIURL(workflowID string) string {
+	ui := os.Getenv("T1FLOW_UI")
+	if ui == "" {
+		ui = "http://localhost:8233"
+	}
+	return fmt.Sprintf("%s/namespaces/%s/workflows/%s", ui, url.PathEscape(Namespace()), url.PathEscape(workflowID))
+}

@@ -1,0 +1,165 @@
+// Package testenv starts the real parts integration tests need: the Temporal
+// dev server (the pinned CLI from temporal-dev/, never downloaded) and a
+// Docker daemon. `make test` sets T1FLOW_INTEGRATION=1, which turns a missing
+// part into a failure; a plain `go test` skips integration tests instead.
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/roles"
+)
+
+// Required reports whether integration tests must run.
+func Required() bool { return os.Getenv("T1FLOW_INTEGRATION") == "1" }
+
+// RepoRoot is the module root.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Clean(filepath.Join(filepath.Dir(file), "..", ".."))
+}
+
+// StateDir is the repo's .t1flow (or $T1FLOW_HOME), where the pinned CLI and build locks live.
+func StateDir() string {
+	if h := os.Getenv("T1FLOW_HOME"); h != "" {
+		return h
+	}
+	return filepath.Join(RepoRoot(), ".t1flow")
+}
+
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if Required() {
+		tb.Fatal(msg)
+	}
+	tb.Skip(msg + " (set T1FLOW_INTEGRATION=1, as `make test` does, to make this a failure)")
+}
+
+// Server is a dev server shared by one test package.
+type Server struct {
+	Dev     *testsuite.DevServer
+	Address string
+}
+
+var (
+	srvOnce sync.Once
+	srv     *Server
+	srvErr  error
+)
+
+// FreePort returns a loopback port that was free a moment ago.
+func FreePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// DevServer starts (once per package) a dev server on loopback with t1flow's
+// search attributes and eager activities, and returns a client for it.
+func DevServer(tb testing.TB) (*Server, client.Client) {
+	tb.Helper()
+	bin := os.Getenv("T1FLOW_TEMPORAL_BIN")
+	if bin == "" {
+		bin = filepath.Join(StateDir(), "bin", "temporal")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		unavailable(tb, "Temporal CLI not found at %s: run temporal-dev/dev.sh install", bin)
+	}
+	srvOnce.Do(func() {
+		port := FreePort()
+		args := []string{"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
+		for _, sa := range ids.SearchAttributeFlags {
+			args = append(args, "--search-attribute", sa)
+		}
+		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		var dev *testsuite.DevServer
+		dev, srvErr = testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
+			ExistingPath:  bin,
+			ClientOptions: &client.Options{HostPort: addr, Namespace: "default"},
+			LogLevel:      "error",
+			ExtraArgs:     args,
+			Stdout:        os.Stderr, Stderr: os.Stderr,
+		})
+		srv = &Server{Dev: dev, Address: addr}
+	})
+	if srvErr != nil {
+		tb.Fatalf("start the Temporal dev server: %v", srvErr)
+	}
+	c, err := client.Dial(client.Options{HostPort: srv.Address, Namespace: "default", Logger: quietLogger{}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return srv, c
+}
+
+// Stop ends the shared dev server; call it from TestMain.
+func Stop() {
+	if srv != nil && srv.Dev != nil {
+		srv.Dev.Stop()
+	}
+}
+
+// Docker returns a client for a daemon that answers, with the base image built.
+func Docker(tb testing.TB) *activities.Docker {
+	tb.Helper()
+	d, err := activities.NewDocker(context.Background(), StateDir())
+	if err != nil {
+		unavailable(tb, "%v", err)
+	}
+	if _, err := d.EnsureBaseImage(context.Background()); err != nil {
+		tb.Fatalf("sandbox base image: %v", err)
+	}
+	return d
+}
+
+// Containers lists t1flow containers whose label key has value.
+func Containers(tb testing.TB, label, value string) []string {
+	tb.Helper()
+	out, err := exec.Command("docker", "ps", "-a", "-q", "--filter", "label="+label+"="+value).Output()
+	if err != nil {
+		tb.Fatalf("docker ps: %v", err)
+	}
+	return strings.Fields(string(out))
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
+
+// Worker runs t1flow workers of a role in this process until the test ends.
+func Worker(tb testing.TB, c client.Client, role string, acts *activities.Activities) {
+	tb.Helper()
+	ws := roles.New(c, role, acts)
+	if err := roles.Start(ws); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { roles.Stop(ws) })
+}
+
+// HostName is a sandbox host name unique to this test process, so tests never
+// pick up each other's host queues.
+func HostName(prefix string) string {
+	return fmt.Sprintf("%s-%d", prefix, os.Getpid())
+}

@@ -1,0 +1,132 @@
+// Command worker runs t1flow's Temporal workers for one role: control
+// (workflows and light activities), sandbox (Docker sandboxes on this host),
+// or all. It stops when its context ends (SIGINT, SIGTERM).
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/config"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/roles"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	hostname, _ := os.Hostname()
+	role := flag.String("role", "all", "control, sandbox or all")
+	host := flag.String("host", hostname, "name of this sandbox host (its task queue is t1flow-sandbox-<host>)")
+	storeDir := flag.String("store", config.StoreDir(), "artifact store directory (env T1FLOW_STORE)")
+	aliases := flag.String("image-aliases", os.Getenv("T1FLOW_IMAGE_ALIASES"), "TOML file of FROM image aliases ([aliases] \"pattern\" = \"image\")")
+	prepare := flag.Bool("prepare", false, "build the sandbox base image before serving (it is otherwise built on first use)")
+	prepareOnly := flag.Bool("prepare-only", false, "build the sandbox base image and exit")
+	reaperTTL := flag.Duration("reaper-ttl", workflows.DefaultReaperTTLSec*time.Second, "remove t1flow containers older than this even if their rollout still runs")
+	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
+	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
+	flag.Parse()
+
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level %q: %v", *logLevel, err)
+	}
+	if err := roles.Valid(*role); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+
+	st, err := config.OpenStore(*storeDir)
+	if err != nil {
+		return err
+	}
+	acts := &activities.Activities{Store: st, Host: ids.Clean(*host), TaskCache: filepath.Join(config.Home(), "cache", "tasks")}
+	sandbox := roles.HasSandbox(*role)
+	if sandbox || *prepareOnly {
+		d, err := activities.NewDocker(ctx, config.Home())
+		if err != nil {
+			return err
+		}
+		d.Log = os.Stderr
+		if *aliases != "" {
+			if err := d.LoadAliases(*aliases); err != nil {
+				return err
+			}
+		}
+		acts.Docker = d
+		if *prepare || *prepareOnly {
+			tag, err := d.EnsureBaseImage(ctx)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(os.Stderr, "worker: sandbox base image", tag)
+			if *prepareOnly {
+				return nil
+			}
+		}
+	}
+
+	c, err := config.Dial(ctx, level)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	acts.Temporal = c
+
+	if sandbox {
+		if err := ensureReaperSchedule(ctx, c, acts.Host, *reaperEvery, *reaperTTL); err != nil {
+			return err
+		}
+	}
+	workers := roles.New(c, *role, acts)
+	if err := roles.Start(workers); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "worker: role %s, host %s, store %s; Ctrl-C to stop\n", *role, acts.Host, *storeDir)
+	<-ctx.Done()
+	roles.Stop(workers)
+	return nil
+}
+
+// ensureReaperSchedule creates this host's reaper schedule once.
+func ensureReaperSchedule(ctx context.Context, c client.Client, host string, every, ttl time.Duration) error {
+	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
+		ID:      ids.ReaperScheduleID(host),
+		Spec:    client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}},
+		Overlap: 0, // skip a run while the previous one is still going
+		Action: &client.ScheduleWorkflowAction{
+			ID:                  ids.ReaperWorkflowID(host),
+			Workflow:            workflows.ReaperWorkflow,
+			Args:                []any{workflows.ReaperInput{Host: host, TTLSec: ttl.Seconds()}},
+			TaskQueue:           ids.ControlQueue,
+			WorkflowRunTimeout:  10 * time.Minute,
+			WorkflowTaskTimeout: 10 * time.Second,
+			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+		},
+	})
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted
+	if err != nil && !errors.As(err, &exists) && !errors.Is(err, temporal.ErrScheduleAlreadyRunning) {
+		return fmt.Errorf("reaper schedule: %w", err)
+	}
+	return nil
+}

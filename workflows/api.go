@@ -1,0 +1,200 @@
+// Package workflows holds t1flow's deterministic workflow code: no I/O, no
+// wall-clock time, no randomness outside the SDK's APIs.
+package workflows
+
+import (
+	"fmt"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// Defaults.
+const (
+	DefaultS                  = 20  // reward = passing assertions / S, fixed per campaign
+	DefaultTurnCap            = 300 // training rollouts
+	EvalTurnCap               = 60  // eval sweeps
+	DefaultSandboxAttempts    = 3
+	DefaultTurnTimeoutSec     = 600
+	DefaultHostWaitSec        = 600 // how long to wait for a dead sandbox host to come back
+	DefaultEvalConcurrency    = 4
+	DefaultReaperTTLSec       = 24 * 3600
+	DefaultReaperIntervalSecs = 60
+)
+
+// Rollout outcomes (the Outcome search attribute).
+const (
+	OutcomeResolved      = "resolved"       // every assertion passed
+	OutcomeUnresolved    = "unresolved"     // the agent did not solve it: a normal outcome
+	OutcomeVerifierError = "verifier_error" // verifier broke, retries exhausted: not scored
+	OutcomeInfraError    = "infra_error"    // sandboxes kept failing: not scored
+	OutcomeTaskInvalid   = "task_invalid"   // the task itself is broken: not scored
+	OutcomeAborted       = "aborted"        // e.g. routing missing, retries exhausted: not scored
+)
+
+// How the agent phase ended.
+const (
+	AgentEndCompleted = "completed"
+	AgentEndTurnCap   = "turn_cap"
+	AgentEndTimeout   = "agent_timeout"
+)
+
+// RolloutInput is one rollout attempt.
+type RolloutInput struct {
+	CampaignID string               `json:"campaign_id"`
+	Stage      string               `json:"stage"`
+	Step       int                  `json:"step"`
+	Task       task.Ref             `json:"task"`
+	Attempt    int                  `json:"attempt"`
+	Agent      activities.AgentSpec `json:"agent"`
+	TurnCap    int                  `json:"turn_cap,omitempty"`
+	S          int                  `json:"s,omitempty"`
+	// AgentTimeoutSec overrides task.toml's agent.timeout_sec when > 0.
+	AgentTimeoutSec    float64 `json:"agent_timeout_sec,omitempty"`
+	TurnTimeoutSec     float64 `json:"turn_timeout_sec,omitempty"`
+	MaxSandboxAttempts int     `json:"max_sandbox_attempts,omitempty"`
+	HostWaitSec        float64 `json:"host_wait_sec,omitempty"`
+}
+
+func (in *RolloutInput) defaults() {
+	if in.TurnCap <= 0 {
+		in.TurnCap = DefaultTurnCap
+	}
+	if in.S <= 0 {
+		in.S = DefaultS
+	}
+	if in.TurnTimeoutSec <= 0 {
+		in.TurnTimeoutSec = DefaultTurnTimeoutSec
+	}
+	if in.MaxSandboxAttempts <= 0 {
+		in.MaxSandboxAttempts = DefaultSandboxAttempts
+	}
+	if in.HostWaitSec <= 0 {
+		in.HostWaitSec = DefaultHostWaitSec
+	}
+	if in.Stage == "" {
+		in.Stage = "eval"
+	}
+}
+
+func (in RolloutInput) validate() error {
+	if in.Task.ID == "" {
+		return fmt.Errorf("rollout input: task.id is empty")
+	}
+	if in.Task.Bundle.URI == "" {
+		return fmt.Errorf("rollout input: task.bundle.uri is empty (import the task first)")
+	}
+	return in.Agent.Validate()
+}
+
+// RolloutResult is small on purpose: the full record is an artifact.
+type RolloutResult struct {
+	RolloutID       string     `json:"rollout_id"`
+	WorkflowID      string     `json:"workflow_id"`
+	TaskID          string     `json:"task_id"`
+	Name            string     `json:"name"`
+	Category        string     `json:"category,omitempty"`
+	Difficulty      string     `json:"difficulty,omitempty"`
+	Attempt         int        `json:"attempt"`
+	Outcome         string     `json:"outcome"`
+	AgentEnd        string     `json:"agent_end,omitempty"`
+	Scored          bool       `json:"scored"` // false: infra, verifier or task failure; not a reward of 0
+	Reward          float64    `json:"reward"`
+	Passed          int        `json:"passed"`
+	Total           int        `json:"total"`
+	Resolved        bool       `json:"resolved"`
+	Turns           int        `json:"turns"`
+	DurationSec     float64    `json:"duration_s"`
+	SandboxAttempts int        `json:"sandbox_attempts"`
+	Error           string     `json:"error,omitempty"`
+	Record          *store.Ref `json:"record,omitempty"`
+}
+
+// RolloutRecord is the full account of a rollout, stored as an artifact.
+type RolloutRecord struct {
+	Result     RolloutResult            `json:"result"`
+	Turns      []activities.TurnResult  `json:"turns"`
+	Verify     *activities.VerifyResult `json:"verify,omitempty"`
+	Failures   []string                 `json:"failures,omitempty"` // one line per failed sandbox attempt
+	S          int                      `json:"s"`
+	Agent      activities.AgentSpec     `json:"agent"`
+	Containers []string                 `json:"containers"`
+}
+
+// EvalSweepInput is tasks × attempts with one agent.
+type EvalSweepInput struct {
+	SweepID     string               `json:"sweep_id"`
+	Tasks       []task.Ref           `json:"tasks"`
+	Agent       activities.AgentSpec `json:"agent"`
+	Attempts    int                  `json:"attempts"`
+	Concurrency int                  `json:"concurrency"`
+	TurnCap     int                  `json:"turn_cap,omitempty"`
+	S           int                  `json:"s,omitempty"`
+	// AgentTimeoutSec overrides each task's agent.timeout_sec when > 0.
+	AgentTimeoutSec float64 `json:"agent_timeout_sec,omitempty"`
+}
+
+// Group aggregates rollouts sharing a category or difficulty.
+type Group struct {
+	Rollouts     int     `json:"rollouts"`
+	Scored       int     `json:"scored"`
+	Resolved     int     `json:"resolved"`
+	ResolvedRate float64 `json:"resolved_rate"`
+	MeanReward   float64 `json:"mean_reward"`
+}
+
+// Summary aggregates a sweep. Rates and means are over scored rollouts; the
+// unscored are counted by failure class, never folded in as zeros.
+type Summary struct {
+	Rollouts       int              `json:"rollouts"`
+	Scored         int              `json:"scored"`
+	Resolved       int              `json:"resolved"`
+	ResolvedRate   float64          `json:"resolved_rate"`
+	MeanReward     float64          `json:"mean_reward"`
+	MeanTurns      float64          `json:"mean_turns"`
+	MeanDurationS  float64          `json:"mean_duration_s"`
+	Outcomes       map[string]int   `json:"outcomes"`
+	AgentEnds      map[string]int   `json:"agent_ends"`
+	ByCategory     map[string]Group `json:"by_category"`
+	ByDifficulty   map[string]Group `json:"by_difficulty"`
+	SandboxRetries int              `json:"sandbox_retries"`
+}
+
+// EvalReport is the stored artifact of a sweep.
+type EvalReport struct {
+	SweepID    string               `json:"sweep_id"`
+	WorkflowID string               `json:"workflow_id"`
+	Agent      activities.AgentSpec `json:"agent"`
+	Attempts   int                  `json:"attempts"`
+	S          int                  `json:"s"`
+	Summary    Summary              `json:"summary"`
+	Rollouts   []RolloutResult      `json:"rollouts"`
+}
+
+// EvalSweepResult is the workflow's result: the summary and a claim check on the report.
+type EvalSweepResult struct {
+	SweepID string    `json:"sweep_id"`
+	Summary Summary   `json:"summary"`
+	Report  store.Ref `json:"report"`
+}
+
+// EvalProgress is what the "progress" query answers.
+type EvalProgress struct {
+	Total    int `json:"total"`
+	Done     int `json:"done"`
+	Running  int `json:"running"`
+	Resolved int `json:"resolved"`
+}
+
+// ReaperInput is one reaper run for one host.
+type ReaperInput struct {
+	Host   string  `json:"host"`
+	TTLSec float64 `json:"ttl_sec"`
+}
+
+// Query names.
+const (
+	QueryStatus   = "status"
+	QueryProgress = "progress"
+)

@@ -1,0 +1,228 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/ids"
+)
+
+type evalSweep struct {
+	in       EvalSweepInput
+	progress EvalProgress
+	results  []RolloutResult
+}
+
+// EvalSweepWorkflow runs tasks × attempts as child RolloutWorkflows in a
+// sliding window of at most Concurrency at a time, then stores the report.
+func EvalSweepWorkflow(ctx workflow.Context, in EvalSweepInput) (EvalSweepResult, error) {
+	s := &evalSweep{in: in}
+	if err := s.setup(ctx); err != nil {
+		return EvalSweepResult{}, err
+	}
+	return s.run(ctx)
+}
+
+func (s *evalSweep) setup(ctx workflow.Context) error {
+	if s.in.Attempts <= 0 {
+		s.in.Attempts = 1
+	}
+	if s.in.Concurrency <= 0 {
+		s.in.Concurrency = DefaultEvalConcurrency
+	}
+	if s.in.TurnCap <= 0 {
+		s.in.TurnCap = EvalTurnCap
+	}
+	if s.in.S <= 0 {
+		s.in.S = DefaultS
+	}
+	if s.in.SweepID == "" {
+		s.in.SweepID = workflow.GetInfo(ctx).WorkflowExecution.ID
+	}
+	if len(s.in.Tasks) == 0 {
+		return temporal.NewNonRetryableApplicationError("eval sweep: tasks is empty", activities.ErrBadInput, nil)
+	}
+	if err := s.in.Agent.Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrBadInput, nil)
+	}
+	s.progress.Total = len(s.in.Tasks) * s.in.Attempts
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return s.progress, nil }); err != nil {
+		return err
+	}
+	return workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(s.in.SweepID), ids.Stage.ValueSet("eval"))
+}
+
+func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
+	type job struct {
+		task    int
+		attempt int
+	}
+	var jobs []job
+	for a := 1; a <= s.in.Attempts; a++ {
+		for i := range s.in.Tasks {
+			jobs = append(jobs, job{i, a})
+		}
+	}
+	sel := workflow.NewSelector(ctx)
+	var firstErr error
+	next := 0
+	for next < len(jobs) || s.progress.Running > 0 {
+		for s.progress.Running < s.in.Concurrency && next < len(jobs) {
+			j := jobs[next]
+			next++
+			t := s.in.Tasks[j.task]
+			rin := RolloutInput{
+				CampaignID: s.in.SweepID, Stage: "eval", Step: 0, Task: t, Attempt: j.attempt,
+				Agent: s.in.Agent, TurnCap: s.in.TurnCap, S: s.in.S, AgentTimeoutSec: s.in.AgentTimeoutSec,
+			}
+			rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, t.ID, j.attempt)
+			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+				WorkflowID:        ids.RolloutWorkflowID(rid),
+				TaskQueue:         ids.ControlQueue,
+				ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+				StaticSummary:     fmt.Sprintf("%s #%d (%s)", t.Name, j.attempt, s.in.Agent.Kind),
+				TypedSearchAttributes: temporal.NewSearchAttributes(
+					ids.CampaignID.ValueSet(rin.CampaignID), ids.Stage.ValueSet(rin.Stage),
+					ids.TaskID.ValueSet(t.ID), ids.RolloutIDK.ValueSet(rid),
+					ids.Step.ValueSet(0), ids.Attempt.ValueSet(int64(j.attempt))),
+			})
+			s.progress.Running++
+			fut := workflow.ExecuteChildWorkflow(cctx, RolloutWorkflow, rin)
+			sel.AddFuture(fut, func(f workflow.Future) {
+				s.progress.Running--
+				s.progress.Done++
+				var r RolloutResult
+				if err := f.Get(ctx, &r); err != nil {
+					// A rollout that failed as a workflow is still counted.
+					r = RolloutResult{
+						RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: t.ID, Name: t.Name,
+						Category: t.Category, Difficulty: t.Difficulty, Attempt: j.attempt,
+						Outcome: OutcomeInfraError, Error: oneLine(err),
+					}
+					if errorType(err) == activities.ErrBadInput || errorType(err) == activities.ErrTaskInvalid {
+						r.Outcome = OutcomeTaskInvalid
+					}
+					if firstErr == nil && ctx.Err() != nil {
+						firstErr = err
+					}
+				}
+				if r.Resolved {
+					s.progress.Resolved++
+				}
+				s.results = append(s.results, r)
+			})
+		}
+		sel.Select(ctx)
+		if ctx.Err() != nil {
+			return EvalSweepResult{}, ctx.Err()
+		}
+	}
+	sort.Slice(s.results, func(i, j int) bool {
+		a, b := s.results[i], s.results[j]
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		return a.Attempt < b.Attempt
+	})
+	report := EvalReport{
+		SweepID: s.in.SweepID, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID,
+		Agent: s.in.Agent, Attempts: s.in.Attempts, S: s.in.S,
+		Summary: Summarize(s.results), Rollouts: s.results,
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           ids.ControlQueue,
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
+		Summary:             "store eval report",
+	})
+	out := EvalSweepResult{SweepID: s.in.SweepID, Summary: report.Summary}
+	err := workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
+		Key: "evals/" + ids.Clean(s.in.SweepID) + "/report.json", Value: report,
+	}).Get(ctx, &out.Report)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f",
+		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward))
+	return out, err
+}
+
+// Summarize aggregates rollouts. Rates and means are over scored rollouts.
+func Summarize(rs []RolloutResult) Summary {
+	s := Summary{
+		Outcomes: map[string]int{}, AgentEnds: map[string]int{},
+		ByCategory: map[string]Group{}, ByDifficulty: map[string]Group{},
+	}
+	var reward, turns, dur float64
+	add := func(m map[string]Group, key string, r RolloutResult) {
+		if key == "" {
+			key = "(none)"
+		}
+		g := m[key]
+		g.Rollouts++
+		if r.Scored {
+			g.Scored++
+			g.MeanReward += r.Reward
+			if r.Resolved {
+				g.Resolved++
+			}
+		}
+		m[key] = g
+	}
+	for _, r := range rs {
+		s.Rollouts++
+		s.Outcomes[r.Outcome]++
+		if r.AgentEnd != "" {
+			s.AgentEnds[r.AgentEnd]++
+		}
+		s.SandboxRetries += max(r.SandboxAttempts-1, 0)
+		turns += float64(r.Turns)
+		dur += r.DurationSec
+		if r.Scored {
+			s.Scored++
+			reward += r.Reward
+			if r.Resolved {
+				s.Resolved++
+			}
+		}
+		add(s.ByCategory, r.Category, r)
+		add(s.ByDifficulty, r.Difficulty, r)
+	}
+	if s.Scored > 0 {
+		s.ResolvedRate = float64(s.Resolved) / float64(s.Scored)
+		s.MeanReward = reward / float64(s.Scored)
+	}
+	if s.Rollouts > 0 {
+		s.MeanTurns = turns / float64(s.Rollouts)
+		s.MeanDurationS = dur / float64(s.Rollouts)
+	}
+	for _, m := range []map[string]Group{s.ByCategory, s.ByDifficulty} {
+		for k, g := range m {
+			if g.Scored > 0 {
+				g.MeanReward /= float64(g.Scored)
+				g.ResolvedRate = float64(g.Resolved) / float64(g.Scored)
+			}
+			m[k] = g
+		}
+	}
+	return s
+}
+
+// ReaperWorkflow removes one host's leftover sandboxes; a Temporal Schedule
+// per sandbox host starts it.
+func ReaperWorkflow(ctx workflow.Context, in ReaperInput) (activities.ReapResult, error) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              ids.SandboxHostQueue(in.Host),
+		ScheduleToStartTimeout: time.Minute,
+		StartToCloseTimeout:    5 * time.Minute,
+		HeartbeatTimeout:       time.Minute,
+		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 2},
+		Summary:                "reap " + in.Host,
+	})
+	var res activities.ReapResult
+	err := workflow.ExecuteActivity(ctx, act.Reap, activities.ReapInput{TTLSec: in.TTLSec}).Get(ctx, &res)
+	return res, err
+}

@@ -1,0 +1,290 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+)
+
+// act is only used for method references: the SDK resolves the activity name.
+var act *activities.Activities
+
+// RolloutStatus is what the "status" query answers.
+type RolloutStatus struct {
+	Phase          string `json:"phase"` // sandbox, agent, verify, done
+	SandboxAttempt int    `json:"sandbox_attempt"`
+	Turn           int    `json:"turn"`
+	Container      string `json:"container,omitempty"`
+	Host           string `json:"host,omitempty"`
+}
+
+type rollout struct {
+	in     RolloutInput
+	id     string
+	wid    string
+	start  time.Time
+	status RolloutStatus
+	rec    RolloutRecord
+}
+
+// RolloutWorkflow runs one rollout attempt: a sandbox is acquired and always
+// released; the agent runs one activity per turn on the sandbox's host; the
+// held-out verifier scores it. Infrastructure failures retry with a fresh
+// sandbox; a broken task stops at once; an unsolved task is a normal outcome.
+func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutResult, error) {
+	r := &rollout{in: in}
+	if err := r.setup(ctx); err != nil {
+		return RolloutResult{}, err
+	}
+	return r.run(ctx)
+}
+
+func (r *rollout) setup(ctx workflow.Context) error {
+	r.in.defaults()
+	if err := r.in.validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrBadInput, nil)
+	}
+	r.id = ids.RolloutID(r.in.CampaignID, r.in.Stage, r.in.Step, r.in.Task.ID, r.in.Attempt)
+	r.wid = workflow.GetInfo(ctx).WorkflowExecution.ID
+	r.start = workflow.Now(ctx)
+	r.rec = RolloutRecord{S: r.in.S, Agent: r.in.Agent, Turns: []activities.TurnResult{}, Containers: []string{}}
+	r.rec.Result = RolloutResult{
+		RolloutID: r.id, WorkflowID: r.wid, TaskID: r.in.Task.ID, Name: r.in.Task.Name,
+		Category: r.in.Task.Category, Difficulty: r.in.Task.Difficulty, Attempt: r.in.Attempt,
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RolloutStatus, error) { return r.status, nil }); err != nil {
+		return err
+	}
+	return workflow.UpsertTypedSearchAttributes(ctx,
+		ids.CampaignID.ValueSet(r.in.CampaignID), ids.Stage.ValueSet(r.in.Stage),
+		ids.TaskID.ValueSet(r.in.Task.ID), ids.RolloutIDK.ValueSet(r.id),
+		ids.Step.ValueSet(int64(r.in.Step)), ids.Attempt.ValueSet(int64(r.in.Attempt)))
+}
+
+func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+	res := &r.rec.Result
+	for n := 1; n <= r.in.MaxSandboxAttempts; n++ {
+		res.SandboxAttempts = n
+		err := r.attempt(ctx, n)
+		if err == nil {
+			break
+		}
+		if temporal.IsCanceledError(err) || ctx.Err() != nil {
+			return *res, err
+		}
+		r.rec.Failures = append(r.rec.Failures, fmt.Sprintf("sandbox %d: %s", n, oneLine(err)))
+		res.Error = oneLine(err)
+		kind := errorType(err)
+		workflow.GetLogger(ctx).Warn("sandbox attempt failed", "attempt", n, "type", kind, "error", err)
+		if kind == activities.ErrTaskInvalid || kind == activities.ErrBadInput {
+			res.Outcome = OutcomeTaskInvalid
+			break
+		}
+		if n == r.in.MaxSandboxAttempts {
+			res.Outcome = OutcomeInfraError
+			if kind == activities.ErrRoutingMissing {
+				res.Outcome = OutcomeAborted
+			}
+		}
+		// Reset per-attempt state: a fresh sandbox starts the episode over.
+		r.rec.Turns = r.rec.Turns[:0]
+		res.Turns = 0
+	}
+	res.DurationSec = workflow.Now(ctx).Sub(r.start).Seconds()
+	r.status.Phase = "done"
+	sas := []temporal.SearchAttributeUpdate{ids.Outcome.ValueSet(res.Outcome)}
+	if res.Scored {
+		sas = append(sas, ids.Reward.ValueSet(res.Reward))
+	}
+	if err := workflow.UpsertTypedSearchAttributes(ctx, sas...); err != nil {
+		return *res, err
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — %d/%d assertions, reward %.3f, %d turns", res.Outcome, res.Passed, res.Total, res.Reward, res.Turns))
+
+	sctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           ids.ControlQueue,
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
+		Summary:             "store rollout record",
+	})
+	var ref store.Ref
+	rec := r.rec
+	err := workflow.ExecuteActivity(sctx, act.StoreJSON, activities.StoreJSONInput{
+		Key: "rollouts/" + ids.Clean(r.id) + "/record.json", Value: rec,
+	}).Get(ctx, &ref)
+	if err != nil {
+		return *res, err
+	}
+	res.Record = &ref
+	return *res, nil
+}
+
+// attempt runs one sandbox from creation to destruction. A nil error means the
+// rollout has its outcome (scored or verifier_error).
+func (r *rollout) attempt(ctx workflow.Context, n int) error {
+	res := &r.rec.Result
+	r.status = RolloutStatus{Phase: "sandbox", SandboxAttempt: n}
+	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           ids.SandboxQueue,
+		StartToCloseTimeout: time.Hour, // may build the task image
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval: time.Second, MaximumAttempts: 3,
+			NonRetryableErrorTypes: []string{activities.ErrTaskInvalid, activities.ErrBadInput},
+		},
+		Summary: fmt.Sprintf("sandbox %d for %s", n, r.in.Task.Name),
+	})
+	var cs activities.CreateSandboxResult
+	err := workflow.ExecuteActivity(cctx, act.CreateSandbox, activities.CreateSandboxInput{
+		Task: r.in.Task, RolloutID: r.id, WorkflowID: r.wid, CampaignID: r.in.CampaignID, SandboxAttempt: n,
+	}).Get(ctx, &cs)
+	if err != nil {
+		return err
+	}
+	sb := cs.Sandbox
+	r.rec.Containers = append(r.rec.Containers, sb.Name)
+	r.status.Container, r.status.Host = sb.Name, sb.Host
+	hostWait := time.Duration(r.in.HostWaitSec * float64(time.Second))
+	nonRetryable := []string{activities.ErrSandboxGone, activities.ErrTaskInvalid, activities.ErrBadInput, activities.ErrRoutingMissing}
+
+	// The sandbox is released however this attempt ends, cancellation included.
+	defer func() {
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		dctx = workflow.WithActivityOptions(dctx, workflow.ActivityOptions{
+			TaskQueue:              sb.HostQueue,
+			ScheduleToStartTimeout: hostWait,
+			StartToCloseTimeout:    2 * time.Minute,
+			RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+			Summary:                "destroy " + sb.Name,
+		})
+		if err := workflow.ExecuteActivity(dctx, act.DestroySandbox, activities.DestroyInput{Sandbox: sb}).Get(dctx, nil); err != nil {
+			// The reaper removes it once this workflow closes.
+			workflow.GetLogger(ctx).Warn("sandbox not destroyed; the reaper will remove it", "container", sb.Name, "error", err)
+			r.rec.Failures = append(r.rec.Failures, "destroy "+sb.Name+": "+oneLine(err))
+		}
+	}()
+
+	// Agent phase.
+	r.status.Phase = "agent"
+	agentTimeout := cs.AgentTimeoutSec
+	if r.in.AgentTimeoutSec > 0 {
+		agentTimeout = r.in.AgentTimeoutSec
+	}
+	deadline := workflow.Now(ctx).Add(time.Duration(agentTimeout * float64(time.Second)))
+	res.AgentEnd = AgentEndTurnCap
+	for turn := 0; turn < r.in.TurnCap; turn++ {
+		remaining := deadline.Sub(workflow.Now(ctx))
+		if remaining <= 0 {
+			res.AgentEnd = AgentEndTimeout
+			break
+		}
+		limit := min(time.Duration(r.in.TurnTimeoutSec*float64(time.Second)), remaining)
+		r.status.Turn = turn
+		summary := fmt.Sprintf("turn %d", turn)
+		if c := r.in.Agent.NextCommand(turn); c != "" {
+			summary += ": " + truncate(c, 120)
+		}
+		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue:              sb.HostQueue,
+			ScheduleToStartTimeout: hostWait,
+			StartToCloseTimeout:    limit + time.Minute,
+			HeartbeatTimeout:       10 * time.Second,
+			RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: nonRetryable},
+			Summary:                summary,
+		})
+		var tr activities.TurnResult
+		err := workflow.ExecuteActivity(tctx, act.AgentTurn, activities.TurnInput{
+			Sandbox: sb, Task: r.in.Task, Agent: r.in.Agent, RolloutID: r.id, Turn: turn, TimeoutSec: limit.Seconds(),
+		}).Get(ctx, &tr)
+		if err != nil {
+			return err
+		}
+		if tr.Done {
+			res.AgentEnd = AgentEndCompleted
+			break
+		}
+		r.rec.Turns = append(r.rec.Turns, tr)
+		res.Turns = len(r.rec.Turns)
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("turn %d: `%s` → exit %d in %d ms", turn, truncate(tr.Command, 80), tr.ExitCode, tr.DurationMs))
+		if tr.TimedOut && limit >= remaining {
+			res.AgentEnd = AgentEndTimeout
+			break
+		}
+		if tr.Final {
+			res.AgentEnd = AgentEndCompleted
+			break
+		}
+	}
+
+	// Verification: tests enter only now.
+	r.status.Phase = "verify"
+	vctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:              sb.HostQueue,
+		ScheduleToStartTimeout: hostWait,
+		StartToCloseTimeout:    time.Duration(cs.VerifierTimeoutSec*float64(time.Second)) + 2*time.Minute,
+		HeartbeatTimeout:       30 * time.Second,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: nonRetryable},
+		Summary:                "verify " + r.in.Task.Name,
+	})
+	var vr activities.VerifyResult
+	err = workflow.ExecuteActivity(vctx, act.Verify, activities.VerifyInput{
+		Sandbox: sb, Task: r.in.Task, RolloutID: r.id, TimeoutSec: cs.VerifierTimeoutSec,
+	}).Get(ctx, &vr)
+	if errorType(err) == activities.ErrVerifier {
+		// Retried already: record it, never score it as 0.
+		res.Outcome, res.Error = OutcomeVerifierError, oneLine(err)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	r.rec.Verify = &vr
+	res.Scored, res.Passed, res.Total = true, vr.Passed, vr.Total
+	res.Reward = float64(vr.Passed) / float64(r.in.S)
+	res.Resolved = vr.Total > 0 && vr.Passed == vr.Total
+	res.Error = ""
+	res.Outcome = OutcomeUnresolved
+	if res.Resolved {
+		res.Outcome = OutcomeResolved
+	}
+	return nil
+}
+
+// errorType is the application error type behind err, "Timeout" for
+// timeouts (such as a sandbox host that never came back), or "".
+func errorType(err error) string {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return ae.Type()
+	}
+	var te *temporal.TimeoutError
+	if errors.As(err, &te) {
+		return "Timeout"
+	}
+	return ""
+}
+
+func oneLine(err error) string {
+	var ae *temporal.ApplicationError
+	msg := err.Error()
+	if errors.As(err, &ae) {
+		msg = ae.Type() + ": " + ae.Message()
+	}
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	return truncate(msg, 400)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

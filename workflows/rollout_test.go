@@ -1,0 +1,292 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+var testTask = task.Ref{ID: "0123456789abcdef", Name: "demo", Category: "scripting", Difficulty: "easy",
+	Bundle: store.Ref{URI: "file:///tmp/x.tar", SHA256: "00", Bytes: 1}}
+
+// fakeSandbox records what a rollout did to its sandboxes.
+type fakeSandbox struct {
+	createErr error // returned by every create when set
+	mu        sync.Mutex
+	created   []int
+	destroyed []string
+	turns     []int
+}
+
+func (f *fakeSandbox) create(_ context.Context, in activities.CreateSandboxInput) (activities.CreateSandboxResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.created = append(f.created, in.SandboxAttempt)
+	if f.createErr != nil {
+		return activities.CreateSandboxResult{}, f.createErr
+	}
+	name := fmt.Sprintf("sb-%d", in.SandboxAttempt)
+	return activities.CreateSandboxResult{
+		Sandbox:         activities.Sandbox{ContainerID: name, Name: name, Host: "h", HostQueue: "t1flow-sandbox-h"},
+		AgentTimeoutSec: 600, VerifierTimeoutSec: 60,
+	}, nil
+}
+
+func (f *fakeSandbox) destroy(_ context.Context, in activities.DestroyInput) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.destroyed = append(f.destroyed, in.Sandbox.Name)
+	return nil
+}
+
+func (f *fakeSandbox) turn(_ context.Context, in activities.TurnInput) (activities.TurnResult, error) {
+	f.mu.Lock()
+	f.turns = append(f.turns, in.Turn)
+	f.mu.Unlock()
+	if c := in.Agent.NextCommand(in.Turn); c != "" {
+		return activities.TurnResult{Turn: in.Turn, Command: c, Final: in.Turn == len(in.Agent.Commands)-1 || in.Agent.Kind == activities.AgentOracle}, nil
+	}
+	return activities.TurnResult{Turn: in.Turn, Done: true}, nil
+}
+
+func verified(passed, total int) func(context.Context, activities.VerifyInput) (activities.VerifyResult, error) {
+	return func(context.Context, activities.VerifyInput) (activities.VerifyResult, error) {
+		return activities.VerifyResult{Format: "junit", Passed: passed, Total: total}, nil
+	}
+}
+
+func storeOK(_ context.Context, in activities.StoreJSONInput) (store.Ref, error) {
+	return store.Ref{URI: "file:///store/" + in.Key, SHA256: "ab", Bytes: 2}, nil
+}
+
+func newEnv(t *testing.T, f *fakeSandbox) *testsuite.TestWorkflowEnvironment {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	env.RegisterWorkflow(RolloutWorkflow)
+	env.RegisterWorkflow(EvalSweepWorkflow)
+	env.OnActivity(act.CreateSandbox, mock.Anything, mock.Anything).Return(f.create).Maybe()
+	env.OnActivity(act.DestroySandbox, mock.Anything, mock.Anything).Return(f.destroy).Maybe()
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK).Maybe()
+	return env
+}
+
+func rolloutInput(agent activities.AgentSpec) RolloutInput {
+	return RolloutInput{CampaignID: "c1", Stage: "eval", Task: testTask, Attempt: 1, Agent: agent}
+}
+
+func runRollout(t *testing.T, env *testsuite.TestWorkflowEnvironment, in RolloutInput) RolloutResult {
+	t.Helper()
+	env.ExecuteWorkflow(RolloutWorkflow, in)
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	var res RolloutResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	return res
+}
+
+func TestOracleRolloutResolves(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(verified(5, 5))
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeResolved, res.Outcome)
+	require.True(t, res.Scored && res.Resolved)
+	require.InDelta(t, 5.0/20, res.Reward, 1e-12) // passing / S, not a pass ratio
+	require.Equal(t, 1, res.Turns)
+	require.Equal(t, AgentEndCompleted, res.AgentEnd)
+	require.Equal(t, []string{"sb-1"}, f.destroyed)
+	require.NotNil(t, res.Record)
+	require.Equal(t, "c1.eval.0.0123456789abcdef.1", res.RolloutID)
+}
+
+func TestPartialRewardIsPassingOverS(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(verified(3, 5))
+	in := rolloutInput(activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"a", "b"}})
+	in.S = 10
+	res := runRollout(t, env, in)
+	require.Equal(t, OutcomeUnresolved, res.Outcome)
+	require.InDelta(t, 0.3, res.Reward, 1e-12)
+	require.Equal(t, 2, res.Turns)
+}
+
+func TestVanishedSandboxRetriesWithFreshOne(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	var calls atomic.Int32
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.TurnInput) (activities.TurnResult, error) {
+		if calls.Add(1) == 1 {
+			return activities.TurnResult{}, activities.SandboxGonef("container vanished")
+		}
+		return f.turn(ctx, in)
+	})
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(verified(4, 4))
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeResolved, res.Outcome)
+	require.Equal(t, 2, res.SandboxAttempts)
+	require.Equal(t, []int{1, 2}, f.created)
+	require.Equal(t, []string{"sb-1", "sb-2"}, f.destroyed)
+	require.Equal(t, 1, res.Turns, "the fresh sandbox starts the episode over")
+}
+
+func TestInfraExhaustedIsRecordedNotScored(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(activities.TurnResult{}, activities.SandboxGonef("gone again"))
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeInfraError, res.Outcome)
+	require.False(t, res.Scored)
+	require.Equal(t, 3, res.SandboxAttempts)
+	require.Len(t, f.destroyed, 3)
+	require.Contains(t, res.Error, "SandboxGone")
+}
+
+func TestTaskInvalidStopsAtOnce(t *testing.T) {
+	f := &fakeSandbox{createErr: activities.TaskInvalidf("environment/Dockerfile: build failed")}
+	env := newEnv(t, f)
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeTaskInvalid, res.Outcome)
+	require.Equal(t, []int{1}, f.created, "TaskInvalid is not retried")
+	require.Empty(t, f.destroyed)
+	require.Contains(t, res.Error, "environment/Dockerfile")
+}
+
+func TestVerifierErrorIsNotRewardZero(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+	var verifies atomic.Int32
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(func(context.Context, activities.VerifyInput) (activities.VerifyResult, error) {
+		verifies.Add(1)
+		return activities.VerifyResult{}, activities.VerifierErrorf("no results in /logs/verifier")
+	})
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeVerifierError, res.Outcome)
+	require.False(t, res.Scored)
+	require.Zero(t, res.Reward)
+	require.EqualValues(t, 3, verifies.Load(), "a verifier error is retried first")
+	require.Equal(t, []string{"sb-1"}, f.destroyed)
+}
+
+func TestTurnCap(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(verified(0, 3))
+	in := rolloutInput(activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"a", "b", "c", "d"}})
+	in.TurnCap = 2
+	res := runRollout(t, env, in)
+	require.Equal(t, AgentEndTurnCap, res.AgentEnd)
+	require.Equal(t, 2, res.Turns)
+	require.Equal(t, OutcomeUnresolved, res.Outcome)
+}
+
+func TestAgentTimeoutStillVerifies(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	var limits []float64
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.TurnInput) (activities.TurnResult, error) {
+		limits = append(limits, in.TimeoutSec)
+		return activities.TurnResult{Turn: in.Turn, Command: "sleep 100", TimedOut: true, ExitCode: 124}, nil
+	})
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(verified(1, 2))
+	in := rolloutInput(activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"sleep 100", "true"}})
+	in.AgentTimeoutSec = 5
+	res := runRollout(t, env, in)
+	require.Equal(t, AgentEndTimeout, res.AgentEnd)
+	require.Equal(t, []float64{5}, limits, "the turn gets what is left of the agent timeout")
+	require.True(t, res.Scored)
+	require.InDelta(t, 1.0/20, res.Reward, 1e-12)
+}
+
+func TestCancelledRolloutStillDestroysSandbox(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn).After(time.Hour)
+	env.RegisterDelayedCallback(env.CancelWorkflow, time.Minute)
+	env.ExecuteWorkflow(RolloutWorkflow, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.True(t, env.IsWorkflowCompleted())
+	var ce *temporal.CanceledError
+	require.True(t, errors.As(env.GetWorkflowError(), &ce), "got %v", env.GetWorkflowError())
+	require.Equal(t, []string{"sb-1"}, f.destroyed)
+}
+
+func TestBadInputFailsWithoutSandbox(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.ExecuteWorkflow(RolloutWorkflow, rolloutInput(activities.AgentSpec{Kind: "wizard"}))
+	require.Error(t, env.GetWorkflowError())
+	require.Contains(t, env.GetWorkflowError().Error(), "unknown kind")
+	require.Empty(t, f.created)
+}
+
+func TestEvalSweepSlidingWindow(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	var running, peak atomic.Int32
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.TurnInput) (activities.TurnResult, error) {
+		n := running.Add(1)
+		for {
+			p := peak.Load()
+			if n <= p || peak.CompareAndSwap(p, n) {
+				break
+			}
+		}
+		time.Sleep(30 * time.Millisecond)
+		running.Add(-1)
+		return f.turn(ctx, in)
+	})
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(verified(2, 2))
+	var tasks []task.Ref
+	for i := 0; i < 5; i++ {
+		tk := testTask
+		tk.ID = fmt.Sprintf("%016d", i)
+		tk.Name = fmt.Sprintf("task-%d", i)
+		tasks = append(tasks, tk)
+	}
+	env.ExecuteWorkflow(EvalSweepWorkflow, EvalSweepInput{
+		SweepID: "s1", Tasks: tasks, Agent: activities.AgentSpec{Kind: activities.AgentOracle}, Attempts: 2, Concurrency: 3,
+	})
+	require.NoError(t, env.GetWorkflowError())
+	var res EvalSweepResult
+	require.NoError(t, env.GetWorkflowResult(&res))
+	require.Equal(t, 10, res.Summary.Rollouts)
+	require.Equal(t, 10, res.Summary.Resolved)
+	require.LessOrEqual(t, peak.Load(), int32(3), "never more than --concurrency rollouts at once")
+	require.GreaterOrEqual(t, peak.Load(), int32(2), "the window should actually run rollouts in parallel")
+	require.Len(t, f.destroyed, 10)
+}
+
+func TestSummarizeCountsUnscoredApart(t *testing.T) {
+	s := Summarize([]RolloutResult{
+		{Outcome: OutcomeResolved, Scored: true, Resolved: true, Reward: 0.25, Category: "a", Difficulty: "easy", Turns: 2},
+		{Outcome: OutcomeUnresolved, Scored: true, Reward: 0.05, Category: "a", Difficulty: "hard", Turns: 4},
+		{Outcome: OutcomeInfraError, Category: "b", SandboxAttempts: 3},
+	})
+	require.Equal(t, 3, s.Rollouts)
+	require.Equal(t, 2, s.Scored)
+	require.InDelta(t, 0.5, s.ResolvedRate, 1e-12)
+	require.InDelta(t, 0.15, s.MeanReward, 1e-12)
+	require.Equal(t, 1, s.Outcomes[OutcomeInfraError])
+	require.Equal(t, 2, s.SandboxRetries)
+	require.Equal(t, 2, s.ByCategory["a"].Scored)
+	require.Equal(t, 0, s.ByCategory["b"].Scored)
+	require.InDelta(t, 2.0, s.MeanTurns, 1e-12)
+}
