@@ -306,18 +306,11 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	wid := ids.EvalSweepWorkflowID(in.SweepID)
-	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                       wid,
-		TaskQueue:                ids.ControlQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
-		StaticSummary:            fmt.Sprintf("eval %d tasks × %d, agent %s", len(refs), *attempts, *agent),
+	run, existing, err := startOrFind(ctx, c, wid, client.StartWorkflowOptions{
+		ID:            wid,
+		TaskQueue:     ids.ControlQueue,
+		StaticSummary: fmt.Sprintf("eval %d tasks × %d, agent %s", len(refs), *attempts, *agent),
 	}, workflows.EvalSweepWorkflow, in)
-	var started *serviceerror.WorkflowExecutionAlreadyStarted
-	existing := false
-	if errors.As(err, &started) {
-		run, existing, err = c.GetWorkflow(ctx, wid, ""), true, nil
-	}
 	if err != nil {
 		return fmt.Errorf("start eval sweep: %w", err)
 	}
@@ -348,6 +341,28 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	printTable(stdout, rep)
 	fmt.Fprintf(stdout, "report: %s\n", res.Report.URI)
 	return nil
+}
+
+// startOrFind starts a workflow unless one with the same ID is running or
+// has completed; a failed, cancelled or terminated one is started afresh.
+func startOrFind(ctx context.Context, c client.Client, wid string, opts client.StartWorkflowOptions, wf any, args ...any) (client.WorkflowRun, bool, error) {
+	d, err := c.DescribeWorkflowExecution(ctx, wid, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+	case err != nil:
+		return nil, false, err
+	default:
+		switch d.WorkflowExecutionInfo.Status {
+		case enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+			enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW:
+			return c.GetWorkflow(ctx, wid, ""), true, nil
+		}
+	}
+	opts.WorkflowIDConflictPolicy = enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING
+	opts.WorkflowIDReusePolicy = enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE
+	run, err := c.ExecuteWorkflow(ctx, opts, wf, args...)
+	return run, false, err
 }
 
 // sweepID derives the ID from what the sweep computes, so the same request

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/roles"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/testenv"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	testenv.Stop()
+	os.Exit(code)
+}
+
+func starter(t *testing.T, args ...string) (int, string, string, error) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code, err := run(context.Background(), args, &out, &errb)
+	return code, out.String(), errb.String(), err
+}
+
+func copyTask(t *testing.T, src, dst string) {
+	t.Helper()
+	filepath.Walk(src, func(p string, info os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		if info.IsDir() {
+			return os.MkdirAll(filepath.Join(dst, rel), 0o755)
+		}
+		b, _ := os.ReadFile(p)
+		return os.WriteFile(filepath.Join(dst, rel), b, info.Mode())
+	})
+}
+
+func TestImportAndListPool(t *testing.T) {
+	t.Setenv("T1FLOW_STORE", t.TempDir())
+	code, out, _, err := starter(t, "tasks", "import", "../examples/tasks", "--pool", "ex")
+	if code != 0 || err != nil || !strings.Contains(out, "pool ex: 8 tasks (8 new)") {
+		t.Fatalf("import: %d %v %q", code, err, out)
+	}
+	code, out, _, _ = starter(t, "tasks", "import", "../examples/tasks/log-level-counter", "--pool", "ex")
+	if code != 0 || !strings.Contains(out, "(0 new)") {
+		t.Fatalf("re-import must not duplicate: %q", out)
+	}
+	code, out, _, _ = starter(t, "tasks", "list", "--pool", "ex")
+	if code != 0 || !strings.Contains(out, "git-release-branch") || strings.Count(out, "\n") != 9 {
+		t.Fatalf("list: %q", out)
+	}
+	code, _, _, err = starter(t, "tasks", "list", "--pool", "nope")
+	if code != 2 || !strings.Contains(err.Error(), `pool "nope" does not exist`) {
+		t.Fatalf("missing pool: %d %v", code, err)
+	}
+}
+
+func TestMalformedTasksStartNothing(t *testing.T) {
+	srv, c := testenv.DevServer(t)
+	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
+	t.Setenv("T1FLOW_STORE", t.TempDir())
+	root := t.TempDir()
+	copyTask(t, "../examples/tasks/log-level-counter", filepath.Join(root, "good"))
+	copyTask(t, "../examples/tasks/log-level-counter", filepath.Join(root, "bad-toml"))
+	os.WriteFile(filepath.Join(root, "bad-toml", "task.toml"), []byte("[verifier]\ntimeout_sec = -5\n"), 0o644)
+	copyTask(t, "../examples/tasks/log-level-counter", filepath.Join(root, "no-tests"))
+	os.Remove(filepath.Join(root, "no-tests", "tests", "test.sh"))
+
+	count := func() int64 {
+		resp, err := c.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	before := count()
+	code, _, _, err := starter(t, "eval", "--tasks", root, "--agent", "oracle", "--wait")
+	if code != 2 || err == nil {
+		t.Fatalf("want exit 2 and an error, got %d %v", code, err)
+	}
+	for _, want := range []string{
+		filepath.Join(root, "bad-toml", "task.toml") + ": verifier.timeout_sec = -5 must be between",
+		filepath.Join(root, "no-tests", "tests", "test.sh") + ": missing",
+		"nothing was started",
+	} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not say %q:\n%v", want, err)
+		}
+	}
+	if after := count(); after != before {
+		t.Errorf("%d workflows started from malformed input", after-before)
+	}
+	code, _, _, err = starter(t, "tasks", "import", root, "--pool", "x")
+	if code != 2 || !strings.Contains(err.Error(), "bad-toml") {
+		t.Fatalf("import of malformed tasks: %d %v", code, err)
+	}
+}
+
+func TestEvalJSONDocument(t *testing.T) {
+	srv, c := testenv.DevServer(t)
+	d := testenv.Docker(t)
+	dir := t.TempDir()
+	st, _ := store.NewLocal(dir)
+	testenv.Worker(t, c, roles.All, &activities.Activities{Docker: d, Store: st, Temporal: c, Host: testenv.HostName("starter"), TaskCache: t.TempDir()})
+	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
+	t.Setenv("T1FLOW_STORE", dir)
+
+	code, out, stderr, err := starter(t, "eval", "--tasks", "../examples/tasks/log-level-counter", "--agent", "oracle", "--json", "--new")
+	if code != 0 || err != nil {
+		t.Fatalf("eval: %d %v\n%s", code, err, stderr)
+	}
+	if !strings.Contains(stderr, "http://localhost:8233/namespaces/default/workflows/eval%2F") {
+		t.Errorf("no UI link on stderr: %q", stderr)
+	}
+	var doc map[string]any
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("stdout is not one JSON document: %v\n%s", err, out)
+	}
+	for _, k := range []string{"workflow_id", "resolved_rate", "mean_reward", "tasks"} {
+		if _, ok := doc[k]; !ok {
+			t.Errorf("missing %q", k)
+		}
+	}
+	tasks := doc["tasks"].([]any)
+	row := tasks[0].(map[string]any)
+	for _, k := range []string{"name", "category", "difficulty", "reward", "passed", "total", "resolved", "outcome", "turns", "duration_s"} {
+		if _, ok := row[k]; !ok {
+			t.Errorf("task row missing %q", k)
+		}
+	}
+	if doc["resolved_rate"].(float64) != 1 || row["name"] != "log-level-counter" || row["reward"].(float64) != 0.2 || row["resolved"] != true {
+		t.Errorf("unexpected results: %v", doc)
+	}
+	// The same request again finds the finished sweep instead of running it twice.
+	wid := doc["workflow_id"].(string)
+	code, out, stderr, _ = starter(t, "eval", "--tasks", "../examples/tasks/log-level-counter", "--agent", "oracle", "--id", strings.TrimPrefix(wid, "eval/"), "--json")
+	if code != 0 || !strings.Contains(stderr, "found existing sweep") || !strings.Contains(out, wid) {
+		t.Fatalf("re-run: %d %q %q", code, stderr, out)
+	}
+}
