@@ -18,7 +18,7 @@ build:
 deps: docker temporal base-image
 
 docker:
-	@scripts/ensure-docker.sh
+	@scripts/ensure-sandbox-host.sh
 
 temporal:
 	@temporal-dev/dev.sh install

@@ -13,6 +13,7 @@ import (
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
 	"github.com/docker/docker/errdefs"
+	"github.com/hashicorp/go-multierror"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
@@ -314,6 +315,7 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 		return ReapResult{}, InfraErrorf("docker ps: %v", err)
 	}
 	var res ReapResult
+	var errs *multierror.Error
 	now := time.Now()
 	for _, c := range list {
 		reason := a.reapReason(ctx, c.Labels, now, in.TTLSec)
@@ -321,8 +323,10 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 			res.Kept++
 			continue
 		}
+		// One stuck container must not shield the others.
 		if err := a.Docker.Remove(ctx, c.ID); err != nil {
-			return res, err
+			errs = multierror.Append(errs, err)
+			continue
 		}
 		name := c.ID[:12]
 		if len(c.Names) > 0 {
@@ -330,6 +334,9 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 		}
 		res.Removed = append(res.Removed, name+" ("+reason+")")
 		heartbeat(ctx, len(res.Removed))
+	}
+	if err := errs.ErrorOrNil(); err != nil {
+		return res, InfraErrorf("reaper removed %d, failed on %d: %v", len(res.Removed), errs.Len(), err)
 	}
 	return res, nil
 }

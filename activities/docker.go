@@ -87,7 +87,7 @@ func NewDocker(ctx context.Context, stateDir string) (*Docker, error) {
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx); err != nil {
-		return nil, fmt.Errorf("docker daemon does not answer (%v): run scripts/ensure-docker.sh, or install Docker and start dockerd", err)
+		return nil, fmt.Errorf("docker daemon does not answer (%v): run scripts/ensure-sandbox-host.sh, or install Docker and start dockerd", err)
 	}
 	aliases := map[string]string{}
 	for k, v := range DefaultAliases {
@@ -292,9 +292,6 @@ func (d *Docker) RewriteFrom(dockerfile, base string) (string, []string, error) 
 			continue
 		}
 		img, rest := m[3], m[4]
-		if f := strings.Fields(rest); len(f) == 2 && strings.EqualFold(f[0], "AS") {
-			defer func(n string) { stages[strings.ToLower(n)] = true }(f[1])
-		}
 		if stages[strings.ToLower(img)] {
 			continue
 		}
