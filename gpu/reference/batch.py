@@ -1,0 +1,108 @@
+"""Batches: a directory of trajectory safetensors files plus meta.json.
+
+meta.json: {"trajectories": [{"file": "traj-0000.safetensors", "reward": 0.25, ...}, ...]}
+Each file holds tokens (int32 [T]), loss_mask (uint8 [T]), logprobs (float32 [T],
+the sampler's log-prob of each loss token) and, for PPO, routed_experts
+(integer [P, layers, top_k], P >= T-1: the sampler's expert choice at every
+position it processed).
+"""
+import json
+import os
+from dataclasses import dataclass
+
+import torch
+
+import safetensors_io
+
+
+class RoutingError(ValueError):
+    """Routing missing or invalid: the sample must not be trained on."""
+
+
+@dataclass
+class Trajectory:
+    name: str
+    tokens: torch.Tensor        # (T,) long
+    loss_mask: torch.Tensor     # (T,) bool
+    logprobs: torch.Tensor      # (T,) float
+    routing: torch.Tensor       # (T-1, L, k) long, or None
+    reward: float
+
+
+def load(batch_dir, n_layer, n_experts, top_k, need_routing):
+    meta_path = os.path.join(batch_dir, "meta.json")
+    if not os.path.exists(meta_path):
+        raise FileNotFoundError(f"batch {batch_dir}: meta.json is missing")
+    with open(meta_path) as f:
+        meta = json.load(f)
+    entries = meta.get("trajectories")
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{meta_path}: trajectories must be a non-empty list")
+    out = []
+    for i, e in enumerate(entries):
+        where = f"{meta_path}: trajectories[{i}]"
+        if "file" not in e:
+            raise ValueError(f"{where}.file is missing")
+        path = os.path.join(batch_dir, e["file"])
+        t, _ = safetensors_io.load(path)
+        for k in ("tokens", "loss_mask"):
+            if k not in t:
+                raise ValueError(f"{path}: tensor {k} is missing")
+        tokens = t["tokens"].long()
+        T = tokens.shape[0]
+        mask = t["loss_mask"].bool()
+        logp = t["logprobs"].float() if "logprobs" in t else torch.zeros(T)
+        if mask.shape[0] != T or logp.shape[0] != T:
+            raise ValueError(f"{path}: tokens, loss_mask and logprobs must have the same length")
+        if T < 2 or not mask[1:].any():
+            raise ValueError(f"{path}: no loss token after the first position")
+        routing = None
+        if need_routing:
+            routing = validate_routing(path, t.get("routed_experts"), T, n_layer, n_experts, top_k)
+        reward = e.get("reward", 0.0)
+        if not isinstance(reward, (int, float)):
+            raise ValueError(f"{where}.reward must be a number")
+        out.append(Trajectory(path, tokens, mask, logp, routing, float(reward)))
+    return meta, out
+
+
+def validate_routing(path, r, T, n_layer, n_experts, top_k):
+    """Every position the training forward processes needs its recorded experts."""
+    if r is None:
+        raise RoutingError(f"{path}: routed_experts is missing; R3 needs the sampler's routing for every token")
+    if r.dim() != 3 or r.shape[1] != n_layer or r.shape[2] != top_k:
+        raise RoutingError(f"{path}: routed_experts has shape {list(r.shape)}, expected [positions, {n_layer}, {top_k}]")
+    if r.shape[0] < T - 1:
+        raise RoutingError(f"{path}: routed_experts covers {r.shape[0]} positions, the trajectory needs {T - 1}")
+    r = r[:T - 1].long()
+    if r.min() < 0 or r.max() >= n_experts:
+        raise RoutingError(f"{path}: routed_experts holds expert IDs outside [0, {n_experts})")
+    for layer in range(n_layer):
+        if not r[:, layer].any():
+            raise RoutingError(f"{path}: layer {layer} of routed_experts is all zero (capture failed)")
+    return r
+
+
+def pad(trajs, device):
+    """Stack trajectories for the training forward over tokens[:-1]."""
+    n = max(t.tokens.shape[0] for t in trajs)
+    B = len(trajs)
+    inputs = torch.zeros(B, n - 1, dtype=torch.long)
+    targets = torch.zeros(B, n - 1, dtype=torch.long)
+    mask = torch.zeros(B, n - 1, dtype=torch.bool)
+    old = torch.zeros(B, n - 1)
+    routing = None
+    if trajs[0].routing is not None:
+        L, k = trajs[0].routing.shape[1:]
+        routing = torch.zeros(B, n - 1, L, k, dtype=torch.long)
+        routing[..., :] = torch.arange(k)  # harmless distinct experts on padding
+    for i, t in enumerate(trajs):
+        T = t.tokens.shape[0]
+        inputs[i, :T - 1] = t.tokens[:-1]
+        targets[i, :T - 1] = t.tokens[1:]
+        mask[i, :T - 1] = t.loss_mask[1:]
+        old[i, :T - 1] = t.logprobs[1:]
+        if routing is not None:
+            routing[i, :T - 1] = t.routing
+    move = lambda x: None if x is None else x.to(device)
+    return move(inputs), move(targets), move(mask), move(old), move(routing)

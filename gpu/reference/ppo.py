@@ -1,0 +1,85 @@
+"""PPO for token-level agents, CleanRL style: hyperparameters named at the
+top with the T1 recipe's defaults, GAE written out, standard metric names.
+
+Conventions for one trajectory of T tokens:
+  loss_mask[t] = 1 where token t was sampled by the policy (trained on);
+  the log-prob of token t comes from the logits at position t-1, and its value
+  V_t is the critic's output at position t-1 (the state before emitting it);
+  the scalar reward lands on the last loss token.
+"""
+from dataclasses import asdict, dataclass
+
+import torch
+
+
+@dataclass
+class Hyper:
+    actor_lr: float = 1e-6        # T1 recipe (122B); see PRESETS for the small model
+    critic_lr: float = 1.5e-5
+    gamma: float = 1.0            # GAE with gamma = lambda = 1: credit reaches every token
+    gae_lambda: float = 1.0
+    clip_coef: float = 0.2
+    vf_coef: float = 0.5
+    ent_coef: float = 0.0
+    kl_coef: float = 0.0          # no KL term: a frozen reference would route differently
+    lb_coef: float = 0.0          # MoE load balancing fights routing replay
+    max_grad_norm: float = 1.0
+    update_epochs: int = 1
+    minibatches: int = 1
+    norm_adv: bool = False        # the critic is the only baseline
+    epochs: int = 1               # for sft and critic_fit
+
+    @classmethod
+    def from_dict(cls, d, preset=None):
+        base = asdict(PRESETS[preset]) if preset else asdict(cls())
+        for k, v in (d or {}).items():
+            if k not in base:
+                raise ValueError(f"hyperparameters: unknown key {k!r} (known: {', '.join(sorted(base))})")
+            base[k] = type(base[k])(v)
+        return cls(**base)
+
+
+PRESETS = {
+    "t1": Hyper(),
+    # The 3M-parameter reference model learns nothing visible at 1e-6 in a few steps.
+    "small": Hyper(actor_lr=3e-4, critic_lr=1e-3),
+}
+
+
+def gae(rewards, values, gamma=1.0, lam=1.0):
+    """Generalised advantage estimation over one trajectory's loss tokens.
+    rewards, values: (n,). Returns advantages and returns, (n,) each."""
+    n = rewards.shape[0]
+    adv = torch.zeros_like(rewards)
+    last = 0.0
+    for t in reversed(range(n)):
+        next_value = values[t + 1] if t + 1 < n else 0.0
+        delta = rewards[t] + gamma * next_value - values[t]
+        last = delta + gamma * lam * last
+        adv[t] = last
+    return adv, adv + values
+
+
+def explained_variance(y_pred, y_true):
+    """1 - Var[y - y_pred] / Var[y]; nan when Var[y] = 0."""
+    var_y = torch.var(y_true, unbiased=False)
+    if var_y == 0:
+        return float("nan")
+    return float(1 - torch.var(y_true - y_pred, unbiased=False) / var_y)
+
+
+def policy_loss(new_logp, old_logp, adv, clip_coef):
+    """Clipped surrogate over loss tokens (1-D tensors). Returns loss and stats."""
+    logratio = new_logp - old_logp
+    ratio = logratio.exp()
+    pg1 = -adv * ratio
+    pg2 = -adv * ratio.clamp(1 - clip_coef, 1 + clip_coef)
+    loss = torch.max(pg1, pg2).mean()
+    with torch.no_grad():
+        approx_kl = ((ratio - 1) - logratio).mean()
+        clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
+    return loss, {"approx_kl": float(approx_kl), "clipfrac": float(clipfrac)}
+
+
+def value_loss(values, returns):
+    return 0.5 * ((values - returns) ** 2).mean()

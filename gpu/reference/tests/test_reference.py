@@ -1,0 +1,203 @@
+import math
+import os
+
+import pytest
+import torch
+
+import batch as B
+import httpjson
+import model as M
+import ppo
+import safetensors_io
+from helpers import make_engine, make_trainer, rollout, write_batch
+
+
+def test_model_shapes_and_routing_capture():
+    torch.manual_seed(0)
+    cfg = M.Config()
+    m = M.Transformer(cfg)
+    ids = torch.randint(0, 256, (2, 10))
+    logits, routing = m(ids)
+    assert logits.shape == (2, 10, cfg.vocab_size)
+    assert routing.shape == (2, 10, cfg.n_layer, cfg.top_k)
+    assert routing.min() >= 0 and routing.max() < cfg.n_experts
+    # top-k picks distinct experts per token
+    assert (routing[..., 0] != routing[..., 1]).all()
+    # replaying the captured routing reproduces the forward exactly
+    again, used = m(ids, routing=routing)
+    assert torch.equal(used, routing)
+    assert torch.allclose(again, logits)
+    critic = M.Transformer(M.Config(value_head=True))
+    values, _ = critic(ids)
+    assert values.shape == (2, 10)
+
+
+def test_tokenizer_round_trip_with_specials():
+    tok = M.Tokenizer()
+    s = "<|im_start|><|assistant|>ls -la ~/é<|im_end|>"
+    ids = tok.encode(s)
+    assert ids[0] == tok.im_start and ids[-1] == tok.im_end
+    assert tok.decode(ids) == s
+
+
+def test_gae_hand_computed():
+    r = torch.tensor([0.0, 0.0, 1.0])
+    v = torch.tensor([0.5, 0.2, 0.4])
+    adv, ret = ppo.gae(r, v, 1.0, 1.0)
+    # gamma = lambda = 1 telescopes to R - V_t
+    assert torch.allclose(adv, torch.tensor([0.5, 0.8, 0.6]))
+    assert torch.allclose(ret, torch.tensor([1.0, 1.0, 1.0]))
+    adv, _ = ppo.gae(r, v, 0.9, 0.5)
+    # deltas -0.32, 0.16, 0.6; A2 = 0.6, A1 = 0.16 + 0.45*0.6, A0 = -0.32 + 0.45*A1
+    assert torch.allclose(adv, torch.tensor([-0.1265, 0.43, 0.6]), atol=1e-6)
+
+
+def test_explained_variance():
+    y = torch.tensor([1.0, 2.0, 3.0, 4.0])
+    assert ppo.explained_variance(y, y) == pytest.approx(1.0)
+    assert ppo.explained_variance(torch.full_like(y, 2.5), y) == pytest.approx(0.0)
+    assert ppo.explained_variance(torch.tensor([1.0, 2.0, 3.0, 5.0]), y) == pytest.approx(1 - 0.1875 / 1.25)
+    assert math.isnan(ppo.explained_variance(y, torch.ones(4)))
+
+
+def test_ppo_loss_on_fixed_batch():
+    adv = torch.tensor([1.0, -1.0, 2.0])
+    same = torch.tensor([-1.0, -2.0, -3.0])
+    loss, s = ppo.policy_loss(same, same, adv, 0.2)
+    assert float(loss) == pytest.approx(-adv.mean().item())
+    assert s["clipfrac"] == 0 and s["approx_kl"] == pytest.approx(0.0, abs=1e-7)
+    new = same + math.log(1.5)  # ratio 1.5 everywhere
+    loss, s = ppo.policy_loss(new, same, adv, 0.2)
+    # positive advantages are clipped at 1.2; the negative one keeps the pessimistic 1.5
+    expected = (-1.2 * 1.0 + 1.5 * 1.0 - 1.2 * 2.0) / 3
+    assert float(loss) == pytest.approx(expected)
+    assert s["clipfrac"] == 1.0
+    assert s["approx_kl"] == pytest.approx(0.5 - math.log(1.5))
+
+
+def test_r3_replay_reproduces_sampler_logprobs(tmp_path):
+    """A jittery sampler flips experts; replaying its routing closes the log-prob gap."""
+    eng = make_engine(seed=3, jitter=0.5)
+    trajs = [rollout(eng, [257] + list(b"prompt %d" % i), max_new=32, seed=i) for i in range(4)]
+    d = write_batch(tmp_path / "b", trajs, [0.1, 0.2, 0.3, 0.4])
+    tr = make_trainer(tmp_path / "w", seed=3)
+    cfg = tr.actor.cfg
+    _, ts = B.load(d, cfg.n_layer, cfg.n_experts, cfg.top_k, True)
+    inputs, targets, mask, sampler, routing = B.pad(ts, "cpu")
+    with torch.no_grad():
+        replayed, _ = tr._logp(inputs, targets, routing)
+        free, _ = tr._logp(inputs, targets, None)
+        _, own_routing = tr.actor(inputs)
+    gap_replay = (replayed - sampler)[mask].abs()
+    gap_free = (free - sampler)[mask].abs()
+    flips = (own_routing.sort(-1).values != routing.sort(-1).values).any(-1).any(-1)[mask]
+    assert flips.any(), "router jitter should flip some experts"
+    assert gap_replay.max() < 1e-4, "with replay the trainer reproduces the sampler up to float precision"
+    assert gap_free[flips].mean() > 10 * max(gap_replay.mean(), 1e-7)
+    assert gap_replay.mean() < gap_free.mean()
+
+
+def test_r3_gap_with_bf16_sampling(tmp_path):
+    eng = make_engine(seed=4, sample_dtype="bfloat16", jitter=0.0)
+    trajs = [rollout(eng, [257] + list(b"task %d" % i), max_new=24, seed=i) for i in range(3)]
+    d = write_batch(tmp_path / "b", trajs, [1.0, 0.0, 0.5])
+    tr = make_trainer(tmp_path / "w", seed=4)
+    res = tr._run("ppo_step", {"key": "bf16/1", "batch_dir": d}, tr.ppo_step)
+    assert res["logprob_gap_replay"] <= res["logprob_gap_noreplay"]
+    assert res["logprob_gap_replay"] < 0.1
+
+
+def test_ppo_step_metrics_and_idempotency(tmp_path):
+    eng = make_engine(seed=0)
+    trajs = [rollout(eng, [257] + list(b"t%d" % i), max_new=16, seed=i) for i in range(3)]
+    d = write_batch(tmp_path / "b", trajs, [0.0, 0.5, 1.0])
+    tr = make_trainer(tmp_path / "w", seed=0)
+    res = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small"}, tr.ppo_step)
+    for k in ("policy_loss", "value_loss", "clipfrac", "approx_kl", "entropy", "explained_variance",
+              "logprob_gap_replay", "logprob_gap_noreplay"):
+        assert k in res and not (isinstance(res[k], float) and math.isnan(res[k]) and k != "explained_variance"), k
+    assert res["version"] == 1 and not res["replayed"]
+    again = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small"}, tr.ppo_step)
+    assert again["replayed"] and again["version"] == 1 and tr.version == 1
+    log = open(os.path.join(tmp_path, "w", "ops.log")).read()
+    assert log.count("commit ppo_step c/ppo/1") == 1
+
+
+def test_missing_routing_is_an_error(tmp_path):
+    eng = make_engine(seed=0)
+    t = rollout(eng, [257, 104, 105], max_new=8)
+    del t["routed_experts"]
+    d = write_batch(tmp_path / "b", [t], [1.0])
+    tr = make_trainer(tmp_path / "w")
+    with pytest.raises(httpjson.HTTPError) as e:
+        tr._run("ppo_step", {"key": "k", "batch_dir": d}, tr.ppo_step)
+    assert e.value.status == 422 and "RoutingMissing" in str(e.value)
+    assert tr.version == 0
+    t2 = rollout(eng, [257, 104, 105], max_new=8)
+    t2["routed_experts"] = t2["routed_experts"][:3]  # too short
+    d2 = write_batch(tmp_path / "b2", [t2], [1.0])
+    with pytest.raises(httpjson.HTTPError, match="covers 3 positions"):
+        tr._run("ppo_step", {"key": "k2", "batch_dir": d2}, tr.ppo_step)
+
+
+def test_critic_warmup_raises_explained_variance(tmp_path):
+    """Rewards depend on the first prompt token; a warmed-up critic learns that."""
+    torch.manual_seed(0)
+    trajs, rewards = [], []
+    for i in range(8):
+        good = i % 2 == 0
+        prompt = [257, 65 if good else 66] + torch.randint(97, 123, (6,)).tolist()
+        resp = torch.randint(97, 123, (10,)).tolist()
+        tokens = prompt + resp
+        trajs.append({"tokens": torch.tensor(tokens, dtype=torch.int32),
+                      "loss_mask": torch.tensor([0] * len(prompt) + [1] * len(resp), dtype=torch.uint8),
+                      "logprobs": torch.zeros(len(tokens))})
+        rewards.append(0.8 if good else 0.1)
+    d = write_batch(tmp_path / "b", trajs, rewards)
+    tr = make_trainer(tmp_path / "w", seed=0)
+    res = tr._run("critic_fit", {"key": "warm", "batch_dir": d, "preset": "small", "hyper": {"epochs": 60}}, tr.critic_fit)
+    assert res["explained_variance_before"] <= 0
+    assert res["explained_variance"] > 0.5
+
+
+def test_sft_lowers_loss(tmp_path):
+    tok = M.Tokenizer()
+    trajs = []
+    for i in range(4):
+        p = tok.encode("<|im_start|><|user|>list files<|im_end|><|im_start|><|assistant|>")
+        r = tok.encode('{"commands": [{"keystrokes": "ls -la\\n"}]}<|im_end|>')
+        trajs.append({"tokens": torch.tensor(p + r, dtype=torch.int32),
+                      "loss_mask": torch.tensor([0] * len(p) + [1] * len(r), dtype=torch.uint8)})
+    d = write_batch(tmp_path / "b", trajs, [0.0] * 4)
+    tr = make_trainer(tmp_path / "w")
+    res = tr._run("sft", {"key": "sft", "batch_dir": d, "preset": "small", "hyper": {"epochs": 30}}, tr.sft)
+    assert res["loss"] < 0.5 * res["loss_first"]
+
+
+def test_safetensors_round_trip(tmp_path):
+    p = str(tmp_path / "x.safetensors")
+    safetensors_io.save(p, {"a": torch.arange(6, dtype=torch.int32).view(2, 3), "b": torch.ones(2), "c": torch.zeros(3, dtype=torch.uint8)}, {"v": 1})
+    t, meta = safetensors_io.load(p)
+    assert t["a"].tolist() == [[0, 1, 2], [3, 4, 5]] and t["b"].dtype == torch.float32 and t["c"].dtype == torch.uint8
+    assert meta == {"v": "1"}
+    with open(p, "r+b") as f:
+        f.truncate(os.path.getsize(p) - 4)
+    with pytest.raises(ValueError, match="truncated"):
+        safetensors_io.load(p)
+
+
+def test_server_drops_routing_when_told():
+    eng = make_engine(drop=1.0)
+    r = eng.generate({"input_ids": [257, 1, 2], "sampling_params": {"max_new_tokens": 2}, "return_routed_experts": True})
+    assert "routed_experts" not in r["meta_info"] and r["meta_info"]["routed_experts_dropped"]
+
+
+def test_server_routing_covers_every_position():
+    eng = make_engine()
+    r = eng.generate({"input_ids": [257, 10, 20, 30], "sampling_params": {"max_new_tokens": 5, "seed": 2},
+                      "return_routed_experts": True, "routed_experts_start_len": 2, "return_logprob": True})
+    import base64
+    n = len(base64.b64decode(r["meta_info"]["routed_experts"])) // 4
+    cfg = eng.model.cfg
+    assert n == (4 + len(r["output_ids"]) - 2) * cfg.n_layer * cfg.top_k
+    assert len(r["meta_info"]["output_token_logprobs"]) == len(r["output_ids"])

@@ -1,0 +1,404 @@
+"""Reference trainer process: SFT, critic fit and PPO with R3 on the reference
+MoE policy, behind t1flow's trainer protocol (docs/trainer-protocol.md).
+
+One process per GPU group. Every training operation carries an idempotency
+key: its result is recorded only after the new weights are safely on disk, and
+a repeated key returns the recorded result without training again. After a
+crash the process restarts from the last committed state.
+"""
+import argparse
+import copy
+import hashlib
+import json
+import os
+import shutil
+import sys
+import threading
+import time
+
+import torch
+import torch.nn.functional as F
+
+import batch as B
+import httpjson
+import model as M
+import ppo
+import safetensors_io
+
+
+class Cancelled(httpjson.HTTPError):
+    def __init__(self, message):
+        super().__init__(409, message)
+
+
+class Trainer:
+    def __init__(self, args):
+        self.args = args
+        self.device = args.device
+        self.workdir = os.path.abspath(args.workdir)
+        os.makedirs(os.path.join(self.workdir, "ops"), exist_ok=True)
+        self.lock = threading.Lock()          # one training operation at a time
+        self.progress = {"op": None, "key": None, "done": 0, "total": 0, "metrics": {}}
+        self.cancel_key = None
+        self.state_dir = os.path.join(self.workdir, "state")
+        self._recover_state_dirs()
+        if os.path.exists(os.path.join(self.state_dir, "state.json")):
+            self._load_state()
+            self.log(f"restart: resumed version {self.version} from {self.state_dir}")
+        else:
+            self._init(args.init, args.seed)
+
+    # ---- state -------------------------------------------------------------
+    def log(self, line):
+        with open(os.path.join(self.workdir, "ops.log"), "a") as f:
+            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _init(self, init, seed):
+        if init and init != "random":
+            self.actor, _ = M.load_checkpoint(init, "model", self.device)
+            self.critic = self._critic_from(init)
+        else:
+            torch.manual_seed(seed)
+            self.actor = M.Transformer(M.Config()).to(self.device)
+            self.critic = self._critic_from(None)
+        self.version = 0
+        self._new_optimizers()
+        self._commit_state()
+
+    def _critic_from(self, ckpt):
+        """The critic is a full copy of the policy's architecture with a scalar head."""
+        if ckpt and os.path.exists(os.path.join(ckpt, "critic.safetensors")):
+            c, _ = M.load_checkpoint(ckpt, "critic", self.device)
+            return c
+        cfg = copy.deepcopy(self.actor.cfg)
+        cfg.value_head = True
+        critic = M.Transformer(cfg).to(self.device)
+        body = {k: v for k, v in self.actor.state_dict().items() if not k.startswith("head.")}
+        critic.load_state_dict(body, strict=False)
+        return critic
+
+    def _new_optimizers(self):
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-6)
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
+
+    def _recover_state_dirs(self):
+        new, old = self.state_dir + ".new", self.state_dir + ".old"
+        if not os.path.exists(self.state_dir) and os.path.exists(old):
+            os.replace(old, self.state_dir)   # crashed between the two renames
+        shutil.rmtree(new, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _commit_state(self):
+        """Write the whole training state to state.new, then swap it in."""
+        new, old = self.state_dir + ".new", self.state_dir + ".old"
+        shutil.rmtree(new, ignore_errors=True)
+        M.save_checkpoint(self.actor, new, "actor", {"version": f"v{self.version}"})
+        M.save_checkpoint(self.critic, new, "critic")
+        torch.save({"actor": self.actor_opt.state_dict(), "critic": self.critic_opt.state_dict()}, os.path.join(new, "optim.pt"))
+        with open(os.path.join(new, "state.json"), "w") as f:
+            json.dump({"version": self.version}, f)
+        fd = os.open(new, os.O_RDONLY)
+        os.fsync(fd)
+        os.close(fd)
+        if os.path.exists(self.state_dir):
+            os.replace(self.state_dir, old)
+        os.replace(new, self.state_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def _load_state(self):
+        self.actor, _ = M.load_checkpoint(self.state_dir, "actor", self.device)
+        self.critic, _ = M.load_checkpoint(self.state_dir, "critic", self.device)
+        self._new_optimizers()
+        opt = torch.load(os.path.join(self.state_dir, "optim.pt"), map_location=self.device)
+        self.actor_opt.load_state_dict(opt["actor"])
+        self.critic_opt.load_state_dict(opt["critic"])
+        with open(os.path.join(self.state_dir, "state.json")) as f:
+            self.version = json.load(f)["version"]
+
+    # ---- idempotency -------------------------------------------------------
+    def _record_path(self, key):
+        return os.path.join(self.workdir, "ops", hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+
+    def _run(self, op, req, fn):
+        key = req.get("key")
+        if not isinstance(key, str) or not key:
+            raise httpjson.HTTPError(400, f"{op}: key (the idempotency key: campaign/stage/step) is required")
+        # Waiting on the lock also makes a retry of a running key wait for it.
+        with self.lock:
+            rec = self._record_path(key)
+            if os.path.exists(rec):
+                with open(rec) as f:
+                    saved = json.load(f)
+                if saved["op"] != op:
+                    raise httpjson.HTTPError(409, f"key {key!r} was used for {saved['op']}, not {op}")
+                saved["result"]["replayed"] = True
+                return saved["result"]
+            self.progress = {"op": op, "key": key, "done": 0, "total": 0, "metrics": {}}
+            self.cancel_key = None
+            self.log(f"begin {op} {key}")
+            t0 = time.time()
+            try:
+                result = fn(req)
+            except BaseException:
+                # Nothing of a failed or cancelled step survives: back to the last commit.
+                self._load_state()
+                self.log(f"abort {op} {key}")
+                raise
+            finally:
+                self.progress["op"] = None
+            self.version += 1
+            self._commit_state()
+            result.update({"version": self.version, "weight_version": f"v{self.version}", "seconds": time.time() - t0, "replayed": False})
+            tmp = rec + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"op": op, "key": key, "result": result}, f)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, rec)
+            self.log(f"commit {op} {key} version={self.version}")
+            return result
+
+    def _tick(self, done, total, **metrics):
+        self.progress.update(done=done, total=total, metrics=metrics)
+        if self.cancel_key is not None and self.cancel_key == self.progress.get("key"):
+            raise Cancelled(f"{self.progress['op']} {self.progress['key']} cancelled")
+        if self.args.slow_ms:
+            time.sleep(self.args.slow_ms / 1000)   # for crash tests: widen the window
+
+    # ---- forward helpers ---------------------------------------------------
+    def _logp(self, inputs, targets, routing):
+        logits, _ = self.actor(inputs, routing=routing)
+        logp_all = F.log_softmax(logits.float(), dim=-1)
+        logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        entropy = -(logp_all.exp() * logp_all).sum(-1)
+        return logp, entropy
+
+    def _load_batch(self, req, need_routing):
+        d = req.get("batch_dir")
+        if not d:
+            raise httpjson.HTTPError(400, "batch_dir is required")
+        c = self.actor.cfg
+        try:
+            return B.load(d, c.n_layer, c.n_experts, c.top_k, need_routing)
+        except B.RoutingError as e:
+            raise httpjson.HTTPError(422, f"RoutingMissing: {e}")
+
+    def _hyper(self, req):
+        return ppo.Hyper.from_dict(req.get("hyper"), req.get("preset"))
+
+    @staticmethod
+    def _set_lr(opt, lr):
+        for g in opt.param_groups:
+            g["lr"] = lr
+
+    def _advantages(self, trajs, values, mask, h):
+        """Per trajectory: the reward on its last loss token, GAE over loss tokens."""
+        adv = torch.zeros_like(values)
+        ret = torch.zeros_like(values)
+        for i, t in enumerate(trajs):
+            idx = mask[i].nonzero(as_tuple=True)[0]
+            r = torch.zeros(idx.shape[0], device=values.device)
+            r[-1] = t.reward
+            a, g = ppo.gae(r, values[i, idx], h.gamma, h.gae_lambda)
+            adv[i, idx], ret[i, idx] = a, g
+        return adv, ret
+
+    def _minibatches(self, n, k):
+        order = torch.randperm(n).tolist()
+        size = max(1, (n + k - 1) // k)
+        return [order[i:i + size] for i in range(0, n, size)]
+
+    # ---- operations --------------------------------------------------------
+    def sft(self, req):
+        h = self._hyper(req)
+        _, trajs = self._load_batch(req, need_routing=False)
+        self._set_lr(self.actor_opt, h.actor_lr)
+        inputs, targets, mask, _, _ = B.pad(trajs, self.device)
+        total = h.epochs * max(1, h.minibatches)
+        step, losses, tokens = 0, [], 0
+        self.actor.train()
+        for _ in range(h.epochs):
+            for mb in self._minibatches(len(trajs), h.minibatches):
+                logp, _ = self._logp(inputs[mb], targets[mb], None)
+                m = mask[mb]
+                loss = -(logp[m]).mean()
+                self.actor_opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.max_grad_norm)
+                self.actor_opt.step()
+                losses.append(float(loss))
+                tokens += int(m.sum())
+                step += 1
+                self._tick(step, total, loss=losses[-1])
+        return {"loss": losses[-1], "loss_first": losses[0], "tokens": tokens, "trajectories": len(trajs)}
+
+    def _values(self, inputs, routing=None):
+        v, _ = self.critic(inputs)
+        return v.float()
+
+    def critic_fit(self, req):
+        h = self._hyper(req)
+        _, trajs = self._load_batch(req, need_routing=False)
+        self._set_lr(self.critic_opt, h.critic_lr)
+        inputs, _, mask, _, _ = B.pad(trajs, self.device)
+        with torch.no_grad():
+            v0 = self._values(inputs)
+        _, ret = self._advantages(trajs, v0, mask, h)
+        ev_before = ppo.explained_variance(v0[mask], ret[mask])
+        total = h.epochs * max(1, h.minibatches)
+        step, losses = 0, []
+        self.critic.train()
+        for _ in range(h.epochs):
+            for mb in self._minibatches(len(trajs), h.minibatches):
+                v = self._values(inputs[mb])
+                loss = ppo.value_loss(v[mask[mb]], ret[mb][mask[mb]])
+                self.critic_opt.zero_grad()
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.max_grad_norm)
+                self.critic_opt.step()
+                losses.append(float(loss))
+                step += 1
+                self._tick(step, total, value_loss=losses[-1])
+        with torch.no_grad():
+            v1 = self._values(inputs)
+        ev_after = ppo.explained_variance(v1[mask], ret[mask])
+        return {"value_loss": losses[-1], "explained_variance_before": ev_before, "explained_variance": ev_after,
+                "trajectories": len(trajs), "tokens": int(mask.sum())}
+
+    def ppo_step(self, req):
+        h = self._hyper(req)
+        meta, trajs = self._load_batch(req, need_routing=True)
+        self._set_lr(self.actor_opt, h.actor_lr)
+        self._set_lr(self.critic_opt, h.critic_lr)
+        inputs, targets, mask, sampler_logp, routing = B.pad(trajs, self.device)
+        with torch.no_grad():
+            old_logp, _ = self._logp(inputs, targets, routing)           # R3: the sampler's experts
+            free_logp, _ = self._logp(inputs, targets, None)             # the trainer's own choice
+            values = self._values(inputs)
+        gap_replay = float((old_logp - sampler_logp)[mask].abs().mean())
+        gap_free = float((free_logp - sampler_logp)[mask].abs().mean())
+        adv, ret = self._advantages(trajs, values, mask, h)
+        ev = ppo.explained_variance(values[mask], ret[mask])
+        total = h.update_epochs * max(1, h.minibatches)
+        step = 0
+        stats = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clipfrac": []}
+        self.actor.train()
+        self.critic.train()
+        for _ in range(h.update_epochs):
+            for mb in self._minibatches(len(trajs), h.minibatches):
+                m = mask[mb]
+                a = adv[mb][m]
+                if h.norm_adv and a.numel() > 1:
+                    a = (a - a.mean()) / (a.std() + 1e-8)
+                new_logp, ent = self._logp(inputs[mb], targets[mb], routing[mb])
+                pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef)
+                entropy = ent[m].mean()
+                v = self._values(inputs[mb])
+                vl = ppo.value_loss(v[m], ret[mb][m])
+                self.actor_opt.zero_grad()
+                (pg - h.ent_coef * entropy).backward()
+                torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.max_grad_norm)
+                self.actor_opt.step()
+                self.critic_opt.zero_grad()
+                (h.vf_coef * vl).backward()
+                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.max_grad_norm)
+                self.critic_opt.step()
+                for k, val in (("policy_loss", float(pg)), ("value_loss", float(vl)), ("entropy", float(entropy)),
+                               ("approx_kl", s["approx_kl"]), ("clipfrac", s["clipfrac"])):
+                    stats[k].append(val)
+                step += 1
+                self._tick(step, total, policy_loss=float(pg), value_loss=float(vl))
+        out = {k: sum(v) / len(v) for k, v in stats.items()}
+        out.update({
+            "explained_variance": ev, "logprob_gap_replay": gap_replay, "logprob_gap_noreplay": gap_free,
+            "reward_mean": sum(t.reward for t in trajs) / len(trajs), "trajectories": len(trajs),
+            "tokens": int(mask.sum()),
+            "policy_versions": sorted({str(e.get("policy_version", "")) for e in meta["trajectories"]}),
+        })
+        return out
+
+    # ---- checkpoints -------------------------------------------------------
+    def save(self, req):
+        d = req.get("dir")
+        if not d:
+            raise httpjson.HTTPError(400, "dir is required")
+        with self.lock:
+            tmp = d.rstrip("/") + ".tmp"
+            shutil.rmtree(tmp, ignore_errors=True)
+            M.save_checkpoint(self.actor, tmp, "model", {"version": f"v{self.version}"})
+            M.save_checkpoint(self.critic, tmp, "critic")
+            files = []
+            for name in sorted(os.listdir(tmp)):
+                with open(os.path.join(tmp, name), "rb") as f:
+                    b = f.read()
+                files.append({"name": name, "sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)})
+            manifest = {"version": self.version, "weight_version": f"v{self.version}", "files": files,
+                        "config": json.load(open(os.path.join(tmp, "model.json")))}
+            with open(os.path.join(tmp, "manifest.json"), "w") as f:
+                json.dump(manifest, f, indent=2)
+            shutil.rmtree(d, ignore_errors=True)
+            os.replace(tmp, d)
+            return manifest
+
+    def load(self, req):
+        d = req.get("dir")
+        if not d:
+            raise httpjson.HTTPError(400, "dir is required")
+        with self.lock:
+            actor, meta = M.load_checkpoint(d, "model", self.device)
+            self.actor = actor
+            self.critic = self._critic_from(d)
+            v = str(meta.get("version", "v0")).lstrip("v")
+            self.version = int(v) if v.isdigit() else 0
+            self._new_optimizers()
+            self._commit_state()
+            self.log(f"load {d} version={self.version}")
+            return {"version": self.version, "weight_version": f"v{self.version}"}
+
+    def health(self, _):
+        return {"ok": True, "version": self.version, "device": self.device, "busy": self.lock.locked(),
+                "pid": os.getpid(), "cuda": torch.cuda.is_available()}
+
+    def cancel(self, req):
+        self.cancel_key = req.get("key")
+        return {"ok": True}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--workdir", required=True, help="state, idempotency records and ops.log live here")
+    ap.add_argument("--init", default="random", help="checkpoint directory, or 'random'")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
+    ap.add_argument("--port-file", help="write the bound port here once listening")
+    args = ap.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    tr = Trainer(args)
+    routes = {
+        ("GET", "/health"): tr.health,
+        ("GET", "/progress"): lambda _: tr.progress,
+        ("POST", "/sft"): lambda r: tr._run("sft", r, tr.sft),
+        ("POST", "/critic_fit"): lambda r: tr._run("critic_fit", r, tr.critic_fit),
+        ("POST", "/ppo_step"): lambda r: tr._run("ppo_step", r, tr.ppo_step),
+        ("POST", "/save"): tr.save,
+        ("POST", "/load"): tr.load,
+        ("POST", "/cancel"): tr.cancel,
+    }
+    srv = httpjson.serve(args.host, args.port, routes, "t1flow reference trainer")
+    if args.port_file:
+        tmp = args.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(str(srv.server_address[1]))
+        os.replace(tmp, args.port_file)
+    srv.serve_forever()
+
+
+if __name__ == "__main__":
+    main()
