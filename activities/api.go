@@ -5,48 +5,29 @@ package activities
 import (
 	"fmt"
 
-	"go.temporal.io/sdk/temporal"
-
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
-// Error types, as the architecture's table names them.
+// Error types, as the architecture's table names them (see internal/errs).
 const (
-	ErrInfra          = "InfraError"
-	ErrRoutingMissing = "RoutingMissing"
-	ErrVerifier       = "VerifierError"
-	ErrTaskInvalid    = "TaskInvalid"
-	// ErrSandboxGone is an InfraError that retrying on the same sandbox cannot
-	// fix: the rollout needs a fresh sandbox.
-	ErrSandboxGone = "SandboxGone"
-	ErrBadInput    = "BadInput"
+	ErrInfra          = errs.Infra
+	ErrRoutingMissing = errs.RoutingMissing
+	ErrVerifier       = errs.Verifier
+	ErrTaskInvalid    = errs.TaskInvalid
+	ErrSandboxGone    = errs.SandboxGone
+	ErrBadInput       = errs.BadInput
 )
 
-// InfraErrorf is a retryable infrastructure failure: never scored as reward 0.
-func InfraErrorf(format string, args ...any) error {
-	return temporal.NewApplicationError(fmt.Sprintf(format, args...), ErrInfra)
-}
-
-// TaskInvalidf is the task's own fault: non-retryable, names the file and field.
-func TaskInvalidf(format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrTaskInvalid, nil)
-}
-
-// VerifierErrorf is a verifier that crashed, timed out or wrote no results.
-func VerifierErrorf(format string, args ...any) error {
-	return temporal.NewApplicationError(fmt.Sprintf(format, args...), ErrVerifier)
-}
-
-// SandboxGonef asks the workflow for a fresh sandbox.
-func SandboxGonef(format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrSandboxGone, nil)
-}
-
-// BadInputf is a caller's mistake in an activity's input.
-func BadInputf(format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ErrBadInput, nil)
-}
+// Constructors of the typed errors.
+var (
+	InfraErrorf    = errs.Infraf
+	TaskInvalidf   = errs.TaskInvalidf
+	VerifierErrorf = errs.Verifierf
+	SandboxGonef   = errs.SandboxGonef
+	BadInputf      = errs.BadInputf
+)
 
 // Sandbox identifies one container and the host queue that owns it.
 type Sandbox struct {

@@ -1,6 +1,7 @@
-// Command worker runs t1flow's Temporal workers for one role: control
+// Command worker runs t1flow's Temporal workers for its roles: control
 // (workflows and light activities), sandbox (Docker sandboxes on this host),
-// or all. It stops when its context ends (SIGINT, SIGTERM).
+// gpu (the trainer and inference processes, supervised), or all. It stops
+// when its context ends (SIGINT, SIGTERM), and stops its processes with it.
 package main
 
 import (
@@ -35,7 +36,7 @@ func main() {
 
 func run() error {
 	hostname, _ := os.Hostname()
-	role := flag.String("role", "all", "control, sandbox or all")
+	role := flag.String("role", "all", "control, sandbox, gpu, all, or a comma-separated list")
 	host := flag.String("host", hostname, "name of this sandbox host (its task queue is t1flow-sandbox-<host>)")
 	storeDir := flag.String("store", config.StoreDir(), "artifact store directory (env T1FLOW_STORE)")
 	aliases := flag.String("image-aliases", os.Getenv("T1FLOW_IMAGE_ALIASES"), "TOML file of FROM image aliases ([aliases] \"pattern\" = \"image\")")
@@ -44,13 +45,16 @@ func run() error {
 	reaperTTL := flag.Duration("reaper-ttl", workflows.DefaultReaperTTLSec*time.Second, "remove t1flow containers older than this even if their rollout still runs")
 	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
+	var g gpuFlags
+	g.register()
 	flag.Parse()
 
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level %q: %v", *logLevel, err)
 	}
-	if err := roles.Valid(*role); err != nil {
+	set, err := roles.Parse(*role)
+	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -61,7 +65,7 @@ func run() error {
 		return err
 	}
 	acts := &activities.Activities{Store: st, Host: ids.Clean(*host), TaskCache: filepath.Join(config.Home(), "cache", "tasks")}
-	sandbox := roles.HasSandbox(*role)
+	sandbox := set[roles.Sandbox]
 	if sandbox || *prepareOnly {
 		d, err := activities.NewDocker(ctx, config.Home())
 		if err != nil {
@@ -99,6 +103,14 @@ func run() error {
 		}
 	}
 	workers := roles.New(c, *role, acts)
+	if set[roles.GPU] {
+		w, stopGPU, err := g.start(ctx, c, st)
+		if err != nil {
+			return err
+		}
+		defer stopGPU()
+		workers = append(workers, w)
+	}
 	if err := roles.Start(workers); err != nil {
 		return err
 	}

@@ -65,5 +65,9 @@ def load(path, as_numpy=False):
         if base + e > len(data):
             raise ValueError(f"{path}: tensor {name} runs past the end of the file (truncated?)")
         a = np.frombuffer(data, dtype=np_t, count=(e - b) // np.dtype(np_t).itemsize, offset=base + b).reshape(info["shape"])
-        out[name] = a.copy() if as_numpy else torch.from_numpy(a.copy())
+        if as_numpy:
+            out[name] = a.copy()
+        else:
+            # torch 1.13 has no uint16: widen it (expert IDs past 255 experts).
+            out[name] = torch.from_numpy(a.astype(np.int32) if _DTYPES[info["dtype"]][1] is None else a.copy())
     return out, meta

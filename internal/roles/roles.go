@@ -4,6 +4,7 @@ package roles
 
 import (
 	"fmt"
+	"strings"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -13,30 +14,43 @@ import (
 	"github.com/t1flow/t1flow/workflows"
 )
 
-// Roles a worker can take.
+// Roles a worker can take; a worker may take several ("control,sandbox").
 const (
 	Control = "control" // workflows and light activities
 	Sandbox = "sandbox" // Docker sandboxes on this host
-	All     = "all"
+	GPU     = "gpu"     // trainer and inference processes on this host
+	All     = "all"     // all three
 )
 
-// Valid names the flag at fault.
-func Valid(role string) error {
-	switch role {
-	case Control, Sandbox, All:
-		return nil
+// Set is the roles one worker process takes.
+type Set map[string]bool
+
+// Parse reads a --role value, naming the flag at fault.
+func Parse(v string) (Set, error) {
+	s := Set{}
+	for _, r := range strings.Split(v, ",") {
+		switch r = strings.TrimSpace(r); r {
+		case Control, Sandbox, GPU:
+			s[r] = true
+		case All:
+			s[Control], s[Sandbox], s[GPU] = true, true, true
+		default:
+			return nil, fmt.Errorf("--role %q: %q is not a role (use control, sandbox, gpu, all, or a comma-separated list)", v, r)
+		}
 	}
-	return fmt.Errorf("--role %q: use control, sandbox or all", role)
+	return s, nil
 }
 
-// HasSandbox reports whether the role runs sandboxes.
-func HasSandbox(role string) bool { return role == Sandbox || role == All }
-
-// New builds (without starting) the workers of a role. A sandbox role needs
+// New builds (without starting) the control and sandbox workers of a role
+// (the GPU role is set up by the worker command). A sandbox role needs
 // acts.Docker and acts.Host set.
 func New(c client.Client, role string, acts *activities.Activities) []worker.Worker {
+	set, err := Parse(role)
+	if err != nil {
+		panic(err)
+	}
 	var ws []worker.Worker
-	if role == Control || role == All {
+	if set[Control] {
 		w := worker.New(c, ids.ControlQueue, worker.Options{})
 		w.RegisterWorkflow(workflows.RolloutWorkflow)
 		w.RegisterWorkflow(workflows.EvalSweepWorkflow)
@@ -44,7 +58,7 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 		w.RegisterActivity(acts)
 		ws = append(ws, w)
 	}
-	if HasSandbox(role) {
+	if set[Sandbox] {
 		// Creation may go to any sandbox host; everything after it goes to the
 		// host that owns the container.
 		shared := worker.New(c, ids.SandboxQueue, worker.Options{MaxConcurrentActivityExecutionSize: 16})

@@ -1,0 +1,243 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+)
+
+// Activities wraps trainer and inference calls for workflows. The trainer
+// reads and writes local files only; these activities move data between the
+// artifact store and the trainer's host.
+type Activities struct {
+	Trainer   *Client
+	Inference *InferenceClient
+	Store     store.Store
+	WorkDir   string // local scratch: batches/ and checkpoints/
+}
+
+// TrainerSFT runs supervised fine-tuning on masked trajectories.
+func (a *Activities) TrainerSFT(ctx context.Context, in TrainInput) (Metrics, error) {
+	return a.train(ctx, "sft", in)
+}
+
+// TrainerCriticFit regresses the critic on the batch's returns.
+func (a *Activities) TrainerCriticFit(ctx context.Context, in TrainInput) (Metrics, error) {
+	return a.train(ctx, "critic_fit", in)
+}
+
+// TrainerPPOStep runs one PPO update with R3 replay.
+func (a *Activities) TrainerPPOStep(ctx context.Context, in TrainInput) (Metrics, error) {
+	return a.train(ctx, "ppo_step", in)
+}
+
+func (a *Activities) train(ctx context.Context, op string, in TrainInput) (Metrics, error) {
+	if in.Key == "" || len(in.Trajectories) == 0 {
+		return nil, errs.BadInputf("%s: key and trajectories are required", op)
+	}
+	dir, err := a.materialize(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	stop := a.heartbeatProgress(ctx)
+	m, err := a.Trainer.Train(ctx, op, TrainRequest{Key: in.Key, BatchDir: dir, Preset: in.Preset, Hyper: in.Hyper})
+	stop()
+	if ctx.Err() != nil {
+		// Cancellation passes through: the trainer drops the step and rolls back.
+		a.Trainer.Cancel(context.WithoutCancel(ctx), in.Key)
+		return nil, ctx.Err()
+	}
+	if err != nil {
+		return nil, classify(err)
+	}
+	os.RemoveAll(dir)
+	return m, nil
+}
+
+// classify maps trainer answers onto the error table: a trainer that crashed
+// or is restarting is infrastructure (retried, and the retry with the same key
+// trains once); bad input and missing routing are not retried.
+func classify(err error) error {
+	var se *StatusError
+	if errors.As(err, &se) {
+		switch {
+		case se.Status == 422:
+			return errs.BadInputf("%s: %s", se.Op, se.Msg) // RoutingMissing inside a batch: a bug upstream, never trained on
+		case se.Status == 409:
+			return errs.Infraf("%s: %s", se.Op, se.Msg)
+		case se.Status/100 == 4:
+			return errs.BadInputf("%s: %s", se.Op, se.Msg)
+		}
+	}
+	return errs.Infraf("trainer: %v", err)
+}
+
+func (a *Activities) heartbeatProgress(ctx context.Context) func() {
+	if !activity.IsActivity(ctx) {
+		return func() {}
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+				p, err := a.Trainer.Progress(pctx)
+				cancel()
+				if err == nil {
+					activity.RecordHeartbeat(ctx, p)
+				} else {
+					activity.RecordHeartbeat(ctx, "trainer unreachable: "+err.Error())
+				}
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// batchMeta is the trainer's meta.json.
+type batchMeta struct {
+	Trajectories []batchEntry `json:"trajectories"`
+}
+
+type batchEntry struct {
+	File          string  `json:"file"`
+	Reward        float64 `json:"reward"`
+	PolicyVersion string  `json:"policy_version,omitempty"`
+	TaskID        string  `json:"task_id,omitempty"`
+}
+
+// materialize writes the batch directory from the store, checking every sha256.
+func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, error) {
+	dir := filepath.Join(a.WorkDir, "batches", ids.Clean(in.Key))
+	os.RemoveAll(dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", errs.Infraf("batch dir: %v", err)
+	}
+	var meta batchMeta
+	for i, t := range in.Trajectories {
+		b, err := a.Store.Get(ctx, t.Trajectory)
+		if err != nil {
+			var ce *store.ChecksumError
+			if errors.As(err, &ce) {
+				return "", errs.BadInputf("trajectory %d: %v", i, err)
+			}
+			return "", errs.Infraf("trajectory %d: %v", i, err)
+		}
+		name := fmt.Sprintf("traj-%05d.safetensors", i)
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
+			return "", errs.Infraf("write %s: %v", name, err)
+		}
+		meta.Trajectories = append(meta.Trajectories, batchEntry{File: name, Reward: t.Reward, PolicyVersion: t.PolicyVersion, TaskID: t.TaskID})
+	}
+	b, _ := json.Marshal(meta)
+	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
+		return "", errs.Infraf("write meta.json: %v", err)
+	}
+	return dir, nil
+}
+
+// TrainerSave writes a checkpoint and uploads it to the artifact store.
+func (a *Activities) TrainerSave(ctx context.Context, in SaveInput) (Checkpoint, error) {
+	if in.Name == "" {
+		return Checkpoint{}, errs.BadInputf("save: name is required")
+	}
+	dir := filepath.Join(a.WorkDir, "checkpoints", ids.Clean(in.Name))
+	m, err := a.Trainer.Save(ctx, dir)
+	if err != nil {
+		return Checkpoint{}, classify(err)
+	}
+	ck := Checkpoint{Name: in.Name, WeightVersion: m.WeightVersion, Files: map[string]store.Ref{}}
+	names := []string{"manifest.json"}
+	for _, f := range m.Files {
+		names = append(names, f.Name)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return Checkpoint{}, errs.Infraf("read %s: %v", n, err)
+		}
+		ref, err := a.Store.Put(ctx, "checkpoints/"+ids.Clean(in.Name)+"/"+n, bytes.NewReader(b))
+		if err != nil {
+			return Checkpoint{}, errs.Infraf("upload %s: %v", n, err)
+		}
+		ck.Files[n] = ref
+		if activity.IsActivity(ctx) {
+			activity.RecordHeartbeat(ctx, n)
+		}
+	}
+	return ck, nil
+}
+
+// fetchCheckpoint downloads a checkpoint into a local directory (checked).
+func (a *Activities) fetchCheckpoint(ctx context.Context, ck Checkpoint) (string, error) {
+	dir := filepath.Join(a.WorkDir, "checkpoints", "fetched", ids.Clean(ck.Name))
+	tmp := dir + ".tmp"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", errs.Infraf("%v", err)
+	}
+	for n, ref := range ck.Files {
+		b, err := a.Store.Get(ctx, ref)
+		if err != nil {
+			return "", errs.Infraf("checkpoint %s/%s: %v", ck.Name, n, err)
+		}
+		if err := os.WriteFile(filepath.Join(tmp, filepath.Base(n)), b, 0o644); err != nil {
+			return "", errs.Infraf("%v", err)
+		}
+	}
+	os.RemoveAll(dir)
+	if err := os.Rename(tmp, dir); err != nil {
+		return "", errs.Infraf("%v", err)
+	}
+	return dir, nil
+}
+
+// TrainerLoad replaces the trainer's weights with a stored checkpoint.
+func (a *Activities) TrainerLoad(ctx context.Context, ck Checkpoint) (Health, error) {
+	dir, err := a.fetchCheckpoint(ctx, ck)
+	if err != nil {
+		return Health{}, err
+	}
+	h, err := a.Trainer.Load(ctx, dir)
+	if err != nil {
+		return h, classify(err)
+	}
+	return h, nil
+}
+
+// InferenceLoad points the inference server at a stored checkpoint and
+// returns the weight version it now serves.
+func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, error) {
+	dir, err := a.fetchCheckpoint(ctx, ck)
+	if err != nil {
+		return "", err
+	}
+	if err := a.Inference.UpdateWeightsFromDisk(ctx, dir); err != nil {
+		return "", classify(err)
+	}
+	info, err := a.Inference.ModelInfo(ctx)
+	if err != nil {
+		return "", classify(err)
+	}
+	return info.WeightVersion, nil
+}

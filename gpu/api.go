@@ -1,0 +1,92 @@
+// Package gpu is the boundary between t1flow's activities and the GPU
+// processes: a Supervisor that runs the trainer and inference servers, typed
+// clients for their HTTP+JSON protocols (docs/trainer-protocol.md), GPU slot
+// allocation, and the trainer activities.
+package gpu
+
+import "github.com/t1flow/t1flow/internal/store"
+
+// TrainRequest is the body of sft, critic_fit and ppo_step.
+type TrainRequest struct {
+	Key      string         `json:"key"`       // idempotency key: campaign/stage/step
+	BatchDir string         `json:"batch_dir"` // local directory of safetensors files + meta.json
+	Preset   string         `json:"preset,omitempty"`
+	Hyper    map[string]any `json:"hyper,omitempty"`
+}
+
+// Metrics are what a training operation reports. Common keys: version,
+// weight_version, replayed, seconds; ppo_step adds policy_loss, value_loss,
+// clipfrac, approx_kl, entropy, explained_variance, logprob_gap_replay,
+// logprob_gap_noreplay, reward_mean, tokens.
+type Metrics map[string]any
+
+// Float reads a numeric metric (NaN-free callers check ok).
+func (m Metrics) Float(k string) (float64, bool) {
+	f, ok := m[k].(float64)
+	return f, ok
+}
+
+// Replayed reports whether the trainer returned a recorded result instead of training.
+func (m Metrics) Replayed() bool { b, _ := m["replayed"].(bool); return b }
+
+// Progress is the trainer's current operation.
+type Progress struct {
+	Op      *string            `json:"op"`
+	Key     *string            `json:"key"`
+	Done    int                `json:"done"`
+	Total   int                `json:"total"`
+	Metrics map[string]float64 `json:"metrics"`
+}
+
+// Health is the trainer's /health answer.
+type Health struct {
+	OK      bool   `json:"ok"`
+	Version int    `json:"version"`
+	Device  string `json:"device"`
+	Busy    bool   `json:"busy"`
+	PID     int    `json:"pid"`
+	CUDA    bool   `json:"cuda"`
+}
+
+// ManifestFile is one file of a checkpoint.
+type ManifestFile struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Manifest describes a saved checkpoint directory.
+type Manifest struct {
+	Version       int            `json:"version"`
+	WeightVersion string         `json:"weight_version"`
+	Files         []ManifestFile `json:"files"`
+	Config        map[string]any `json:"config"`
+}
+
+// Checkpoint is a checkpoint in the artifact store (claim check).
+type Checkpoint struct {
+	Name          string               `json:"name"`
+	WeightVersion string               `json:"weight_version"`
+	Files         map[string]store.Ref `json:"files"`
+}
+
+// TrajectoryRef is one trajectory of a batch, in the artifact store.
+type TrajectoryRef struct {
+	Trajectory    store.Ref `json:"trajectory"`
+	Reward        float64   `json:"reward"`
+	PolicyVersion string    `json:"policy_version,omitempty"`
+	TaskID        string    `json:"task_id,omitempty"`
+}
+
+// TrainInput is what a trainer activity gets: references, never bulk data.
+type TrainInput struct {
+	Key          string          `json:"key"`
+	Trajectories []TrajectoryRef `json:"trajectories"`
+	Preset       string          `json:"preset,omitempty"`
+	Hyper        map[string]any  `json:"hyper,omitempty"`
+}
+
+// SaveInput names the checkpoint to write.
+type SaveInput struct {
+	Name string `json:"name"` // e.g. campaign/step-0003
+}

@@ -1,0 +1,143 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// StatusError is a non-2xx answer, with the server's message.
+type StatusError struct {
+	Op     string
+	Status int
+	Msg    string
+}
+
+func (e *StatusError) Error() string { return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, e.Msg) }
+
+// Client speaks the trainer protocol.
+type Client struct {
+	BaseURL string
+	HTTP    *http.Client
+}
+
+// NewClient talks to a trainer at baseURL (http://127.0.0.1:PORT).
+func NewClient(baseURL string) *Client {
+	return &Client{BaseURL: baseURL, HTTP: &http.Client{}}
+}
+
+func call(ctx context.Context, hc *http.Client, method, url, op string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return fmt.Errorf("%s: reading the answer: %w", op, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		var e struct {
+			Error string `json:"error"`
+		}
+		json.Unmarshal(b, &e)
+		if e.Error == "" {
+			e.Error = string(b)
+		}
+		return &StatusError{Op: op, Status: resp.StatusCode, Msg: e.Error}
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return fmt.Errorf("%s: bad answer: %w", op, err)
+		}
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	return call(ctx, c.HTTP, method, c.BaseURL+path, path, in, out)
+}
+
+// Health asks whether the trainer is up.
+func (c *Client) Health(ctx context.Context) (Health, error) {
+	var h Health
+	err := c.do(ctx, http.MethodGet, "/health", nil, &h)
+	return h, err
+}
+
+// Progress reports the running operation.
+func (c *Client) Progress(ctx context.Context) (Progress, error) {
+	var p Progress
+	err := c.do(ctx, http.MethodGet, "/progress", nil, &p)
+	return p, err
+}
+
+// Train runs op (sft, critic_fit or ppo_step). A repeated key returns the
+// recorded result (Metrics.Replayed) without training again.
+func (c *Client) Train(ctx context.Context, op string, req TrainRequest) (Metrics, error) {
+	switch op {
+	case "sft", "critic_fit", "ppo_step":
+	default:
+		return nil, fmt.Errorf("trainer op %q: use sft, critic_fit or ppo_step", op)
+	}
+	var m Metrics
+	err := c.do(ctx, http.MethodPost, "/"+op, req, &m)
+	return m, err
+}
+
+// Save writes a checkpoint directory on the trainer's host.
+func (c *Client) Save(ctx context.Context, dir string) (Manifest, error) {
+	var m Manifest
+	err := c.do(ctx, http.MethodPost, "/save", map[string]string{"dir": dir}, &m)
+	return m, err
+}
+
+// Load replaces the trainer's weights with a checkpoint directory.
+func (c *Client) Load(ctx context.Context, dir string) (Health, error) {
+	var h Health
+	err := c.do(ctx, http.MethodPost, "/load", map[string]string{"dir": dir}, &h)
+	return h, err
+}
+
+// Cancel asks the trainer to abandon the operation with this key.
+func (c *Client) Cancel(ctx context.Context, key string) error {
+	return c.do(ctx, http.MethodPost, "/cancel", map[string]string{"key": key}, nil)
+}
+
+// WaitHealthy polls /health until it answers or the timeout passes.
+func WaitHealthy(ctx context.Context, probe func(context.Context) error, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		last = probe(pctx)
+		cancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return errors.Join(fmt.Errorf("no healthy answer within %s", timeout), last)
+}

@@ -1,0 +1,269 @@
+package gpu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/internal/trajectory"
+)
+
+func needTorch(t *testing.T) {
+	t.Helper()
+	if err := exec.Command(Python(), "-c", "import torch").Run(); err != nil {
+		msg := fmt.Sprintf("%s cannot import torch (apt-get install python3-torch libopenblas0-pthread)", Python())
+		if testenv.Required() {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+}
+
+func supervise(t *testing.T, name string, cmd []string) *Supervisor {
+	t.Helper()
+	s := &Supervisor{Name: name, Command: cmd, LogPath: filepath.Join(t.TempDir(), name+".log"), Env: Slot{}.Env()}
+	if err := s.Start(context.Background()); err != nil {
+		log, _ := os.ReadFile(s.LogPath)
+		t.Fatalf("%v\n%s", err, log)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// sample generates n trajectories from the inference server and stores them.
+func sample(t *testing.T, inf *InferenceClient, st store.Store, n int, prefix string) []TrajectoryRef {
+	t.Helper()
+	ctx := context.Background()
+	info, err := inf.ModelInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var refs []TrajectoryRef
+	for i := 0; i < n; i++ {
+		prompt := []int{info.SpecialTokens["<|bos|>"]}
+		for _, c := range fmt.Sprintf("task %d: list files", i) {
+			prompt = append(prompt, int(c))
+		}
+		seed := int64(i)
+		resp, err := inf.Generate(ctx, GenerateRequest{InputIDs: prompt, SamplingParams: SamplingParams{Temperature: 1, MaxNewTokens: 16, Seed: &seed},
+			ReturnLogprob: true, ReturnRoutedExperts: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := trajectory.Record{Layers: info.NumLayers, TopK: info.TopK, Experts: info.NumExperts}
+		lps, err := resp.Logprobs()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range prompt {
+			rec.Tokens, rec.LossMask, rec.Logprobs = append(rec.Tokens, int32(p)), append(rec.LossMask, 0), append(rec.Logprobs, 0)
+		}
+		for j, o := range resp.OutputIDs {
+			rec.Tokens, rec.LossMask, rec.Logprobs = append(rec.Tokens, int32(o)), append(rec.LossMask, 1), append(rec.Logprobs, lps[j])
+		}
+		if resp.MetaInfo.RoutedExperts != "" {
+			if rec.Routing, err = resp.RoutedExperts(); err != nil {
+				t.Fatal(err)
+			}
+			if want := len(rec.Tokens) * info.NumLayers * info.TopK; len(rec.Routing) != want {
+				t.Fatalf("routing covers %d entries, want %d (every position)", len(rec.Routing), want)
+			}
+		}
+		b, err := rec.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ref, err := st.Put(ctx, fmt.Sprintf("%s/traj-%d.safetensors", prefix, i), bytes.NewReader(b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		refs = append(refs, TrajectoryRef{Trajectory: ref, Reward: float64(i%3) / 2, PolicyVersion: resp.MetaInfo.WeightVersion})
+	}
+	return refs
+}
+
+type rig struct {
+	trainer *Supervisor
+	inf     *Supervisor
+	acts    *Activities
+	work    string
+}
+
+func newRig(t *testing.T, trainerArgs ...string) *rig {
+	needTorch(t)
+	work := t.TempDir()
+	st, _ := store.NewLocal(filepath.Join(work, "store"))
+	inf := supervise(t, "inference", InferenceCommand("", Slot{}, "--seed", "0", "--threads", "1"))
+	tr := supervise(t, "trainer", TrainerCommand(filepath.Join(work, "trainer"), Slot{}, append([]string{"--seed", "0", "--threads", "1"}, trainerArgs...)...))
+	return &rig{trainer: tr, inf: inf, work: work, acts: &Activities{
+		Trainer: NewClient(tr.URL()), Inference: &InferenceClient{BaseURL: inf.URL()}, Store: st, WorkDir: filepath.Join(work, "scratch"),
+	}}
+}
+
+func TestTrainerLifecycleThroughSupervisor(t *testing.T) {
+	r := newRig(t)
+	ctx := context.Background()
+	refs := sample(t, r.acts.Inference, r.acts.Store, 3, "b1")
+
+	m, err := r.acts.TrainerSFT(ctx, TrainInput{Key: "camp/sft/0", Trajectories: refs, Preset: "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := m.Float("version"); v != 1 {
+		t.Fatalf("sft: version %v, want 1 (%v)", v, m)
+	}
+	m, err = r.acts.TrainerCriticFit(ctx, TrainInput{Key: "camp/critic/0", Trajectories: refs, Preset: "small", Hyper: map[string]any{"epochs": 5}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m.Float("explained_variance_before"); !ok {
+		t.Fatalf("critic_fit metrics: %v", m)
+	}
+	// The policy moved: hand its weights to inference and sample with them, as a campaign does.
+	ck1, err := r.acts.TrainerSave(ctx, SaveInput{Name: "camp/step-0000"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wv, err := r.acts.InferenceLoad(ctx, ck1); err != nil || wv != "v2" {
+		t.Fatalf("inference serves %q (%v), want v2", wv, err)
+	}
+	refs = sample(t, r.acts.Inference, r.acts.Store, 3, "b2")
+	if refs[0].PolicyVersion != "v2" {
+		t.Fatalf("trajectories record policy %q, want v2", refs[0].PolicyVersion)
+	}
+	m, err = r.acts.TrainerPPOStep(ctx, TrainInput{Key: "camp/ppo/1", Trajectories: refs, Preset: "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"policy_loss", "value_loss", "clipfrac", "approx_kl", "entropy", "logprob_gap_replay", "logprob_gap_noreplay"} {
+		if _, ok := m.Float(k); !ok {
+			t.Errorf("ppo_step metric %s missing: %v", k, m)
+		}
+	}
+	// Same weights, float32 on both sides: with the server's routing replayed
+	// the trainer reproduces the sampler's log-probs.
+	if g, _ := m.Float("logprob_gap_replay"); g > 1e-3 {
+		t.Errorf("logprob_gap_replay %v: the trainer does not reproduce the sampler with its routing", g)
+	}
+	ck, err := r.acts.TrainerSave(ctx, SaveInput{Name: "camp/step-0001"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ck.WeightVersion != "v3" || ck.Files["model.safetensors"].SHA256 == "" || ck.Files["manifest.json"].URI == "" {
+		t.Fatalf("checkpoint %+v", ck)
+	}
+	h, err := r.acts.TrainerLoad(ctx, ck)
+	if err != nil || h.Version != 3 {
+		t.Fatalf("load: %+v %v", h, err)
+	}
+	wv, err := r.acts.InferenceLoad(ctx, ck)
+	if err != nil || wv != "v3" {
+		t.Fatalf("inference now serves %q (%v), want v3", wv, err)
+	}
+	again := sample(t, r.acts.Inference, r.acts.Store, 1, "b3")
+	if again[0].PolicyVersion != "v3" {
+		t.Fatalf("trajectories after the reload record policy %q", again[0].PolicyVersion)
+	}
+}
+
+func TestKilledMidStepTrainsOnce(t *testing.T) {
+	r := newRig(t, "--slow-ms", "250")
+	ctx := context.Background()
+	refs := sample(t, r.acts.Inference, r.acts.Store, 2, "b")
+	in := TrainInput{Key: "camp/ppo/7", Trajectories: refs, Preset: "small", Hyper: map[string]any{"update_epochs": 20}}
+	before, err := r.acts.Trainer.Health(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() { _, err := r.acts.TrainerPPOStep(ctx, in); errc <- err }()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		p, err := r.acts.Trainer.Progress(ctx)
+		if err == nil && p.Op != nil && p.Done >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the step never got going")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	r.trainer.Kill()
+	err = <-errc
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != errs.Infra {
+		t.Fatalf("a killed trainer should be an InfraError (retried), got %v", err)
+	}
+	if err := r.trainer.WaitRestarted(ctx, 1, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	h, _ := r.acts.Trainer.Health(ctx)
+	if h.Version != before.Version {
+		t.Fatalf("after the crash the trainer is at version %d, want the last commit %d", h.Version, before.Version)
+	}
+	m, err := r.acts.TrainerPPOStep(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Replayed() {
+		t.Fatal("the interrupted step was never committed, so the retry must train")
+	}
+	m2, err := r.acts.TrainerPPOStep(ctx, in)
+	if err != nil || !m2.Replayed() || m2["version"] != m["version"] {
+		t.Fatalf("a repeated key must return the recorded result: %v %v", m2, err)
+	}
+	log, _ := os.ReadFile(filepath.Join(r.work, "trainer", "ops.log"))
+	if n := strings.Count(string(log), "commit ppo_step camp/ppo/7"); n != 1 {
+		t.Fatalf("step committed %d times:\n%s", n, log)
+	}
+	if h, _ := r.acts.Trainer.Health(ctx); h.Version != before.Version+1 {
+		t.Fatalf("version %d, want %d: the step trained more than once", h.Version, before.Version+1)
+	}
+}
+
+func TestMissingRoutingIsNeverTrainedOn(t *testing.T) {
+	needTorch(t)
+	work := t.TempDir()
+	st, _ := store.NewLocal(filepath.Join(work, "store"))
+	inf := supervise(t, "inference", InferenceCommand("", Slot{}, "--seed", "0", "--drop-routing-frac", "1"))
+	tr := supervise(t, "trainer", TrainerCommand(filepath.Join(work, "trainer"), Slot{}, "--seed", "0"))
+	acts := &Activities{Trainer: NewClient(tr.URL()), Store: st, WorkDir: work}
+	refs := sample(t, &InferenceClient{BaseURL: inf.URL()}, st, 2, "b")
+	_, err := acts.TrainerPPOStep(context.Background(), TrainInput{Key: "k", Trajectories: refs})
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.NonRetryable() == false || !strings.Contains(ae.Error(), "RoutingMissing") {
+		t.Fatalf("want a non-retryable RoutingMissing rejection, got %v", err)
+	}
+	if h, _ := acts.Trainer.Health(context.Background()); h.Version != 0 {
+		t.Fatalf("the trainer trained on a batch without routing (version %d)", h.Version)
+	}
+}
+
+func TestSlots(t *testing.T) {
+	s, err := Slots("0,1,2,3", 2)
+	if err != nil || len(s) != 2 || s[1].Env()[0] != "CUDA_VISIBLE_DEVICES=2,3" || s[0].Device() != "cuda" {
+		t.Fatalf("%v %v", s, err)
+	}
+	s, err = Slots("cpu", 1)
+	if err != nil || len(s) != 1 || s[0].Device() != "cpu" {
+		t.Fatalf("%v %v", s, err)
+	}
+	if _, err := Slots("0,1,2", 2); err == nil || !strings.Contains(err.Error(), "groups of 2") {
+		t.Fatalf("uneven split: %v", err)
+	}
+	if _, err := Slots("zero", 1); err == nil || !strings.Contains(err.Error(), "--gpus") {
+		t.Fatalf("bad spec: %v", err)
+	}
+}

@@ -1,0 +1,245 @@
+package gpu
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Python is the interpreter for the reference processes: $T1FLOW_PYTHON, else
+// Debian's /usr/bin/python3 (where python3-torch installs), else python3.
+func Python() string {
+	if p := os.Getenv("T1FLOW_PYTHON"); p != "" {
+		return p
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err == nil {
+		return "/usr/bin/python3"
+	}
+	return "python3"
+}
+
+// ReferenceDir is gpu/reference in this source tree ($T1FLOW_REFERENCE overrides).
+func ReferenceDir() string {
+	if d := os.Getenv("T1FLOW_REFERENCE"); d != "" {
+		return d
+	}
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "reference")
+}
+
+// Supervisor keeps one GPU process alive: it starts it with its devices
+// assigned, waits for health, restarts it after a crash (the trainer reloads
+// its last committed state by itself), keeps its log, and stops it on Stop.
+type Supervisor struct {
+	Name    string   // for logs: "trainer", "inference"
+	Command []string // program and arguments; "{port}" is replaced by the port
+	Env     []string // extra environment, e.g. CUDA_VISIBLE_DEVICES=0
+	LogPath string
+	Port    int // 0: pick a free loopback port once, reused across restarts
+	// Health reports whether the process answers; nil probes GET /health.
+	Health        func(ctx context.Context, baseURL string) error
+	HealthTimeout time.Duration
+
+	mu       sync.Mutex
+	cmd      *exec.Cmd
+	exited   chan struct{}
+	stopping bool
+	restarts int
+	lastErr  error
+}
+
+// URL is the process's base URL.
+func (s *Supervisor) URL() string { return fmt.Sprintf("http://127.0.0.1:%d", s.Port) }
+
+// Restarts counts restarts after crashes.
+func (s *Supervisor) Restarts() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.restarts
+}
+
+// PID of the running process, 0 when none.
+func (s *Supervisor) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil || s.cmd.Process == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start launches the process and waits until it is healthy; a monitor then
+// restarts it whenever it dies until Stop.
+func (s *Supervisor) Start(ctx context.Context) error {
+	if s.Port == 0 {
+		p, err := freePort()
+		if err != nil {
+			return err
+		}
+		s.Port = p
+	}
+	if s.HealthTimeout == 0 {
+		s.HealthTimeout = 2 * time.Minute
+	}
+	if err := s.launch(); err != nil {
+		return err
+	}
+	if err := s.waitHealthy(ctx); err != nil {
+		s.Stop()
+		return err
+	}
+	go s.monitor()
+	return nil
+}
+
+func (s *Supervisor) args() []string {
+	out := make([]string, len(s.Command))
+	for i, a := range s.Command {
+		if a == "{port}" {
+			a = fmt.Sprint(s.Port)
+		}
+		out[i] = a
+	}
+	return out
+}
+
+func (s *Supervisor) launch() error {
+	if err := os.MkdirAll(filepath.Dir(s.LogPath), 0o755); err != nil {
+		return err
+	}
+	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	args := s.args()
+	cmd := exec.Command(args[0], args[1:]...)
+	cmd.Env = append(os.Environ(), s.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group, so a stop reaches its children too.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	fmt.Fprintf(logf, "--- %s: starting %v %v\n", time.Now().Format(time.RFC3339), s.Env, args)
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: start %s: %w", s.Name, args[0], err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		logf.Close()
+		s.mu.Lock()
+		s.lastErr = err
+		s.mu.Unlock()
+		close(exited)
+	}()
+	s.mu.Lock()
+	s.cmd, s.exited = cmd, exited
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Supervisor) probe(ctx context.Context) error {
+	if s.Health != nil {
+		return s.Health(ctx, s.URL())
+	}
+	return call(ctx, http.DefaultClient, "GET", s.URL()+"/health", s.Name+" /health", nil, nil)
+}
+
+func (s *Supervisor) waitHealthy(ctx context.Context) error {
+	s.mu.Lock()
+	exited := s.exited
+	s.mu.Unlock()
+	probe := func(c context.Context) error {
+		select {
+		case <-exited:
+			return errors.New("exited")
+		default:
+		}
+		return s.probe(c)
+	}
+	err := WaitHealthy(ctx, probe, s.HealthTimeout)
+	if err != nil {
+		return fmt.Errorf("%s did not become healthy (log %s): %w", s.Name, s.LogPath, err)
+	}
+	return nil
+}
+
+func (s *Supervisor) monitor() {
+	backoff := time.Second
+	for {
+		s.mu.Lock()
+		exited := s.exited
+		s.mu.Unlock()
+		<-exited
+		s.mu.Lock()
+		if s.stopping {
+			s.mu.Unlock()
+			return
+		}
+		s.restarts++
+		s.mu.Unlock()
+		time.Sleep(backoff)
+		if err := s.launch(); err != nil {
+			backoff = min(2*backoff, 30*time.Second)
+			continue
+		}
+		if err := s.waitHealthy(context.Background()); err == nil {
+			backoff = time.Second
+		}
+	}
+}
+
+// Kill sends SIGKILL to the process (tests and operators simulating a crash);
+// the monitor restarts it.
+func (s *Supervisor) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil && s.cmd.Process != nil {
+		syscall.Kill(-s.cmd.Process.Pid, syscall.SIGKILL)
+	}
+}
+
+// WaitRestarted waits until the process has been restarted at least n times and answers.
+func (s *Supervisor) WaitRestarted(ctx context.Context, n int, timeout time.Duration) error {
+	return WaitHealthy(ctx, func(c context.Context) error {
+		if s.Restarts() < n {
+			return fmt.Errorf("%d restarts so far", s.Restarts())
+		}
+		return s.probe(c)
+	}, timeout)
+}
+
+// Stop ends the process: SIGTERM, then SIGKILL after a grace period.
+func (s *Supervisor) Stop() {
+	s.mu.Lock()
+	s.stopping = true
+	cmd, exited := s.cmd, s.exited
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-exited
+	}
+}

@@ -1,0 +1,51 @@
+// Package errs holds the typed Temporal application errors of the
+// architecture's error table, shared by every activity package.
+package errs
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+)
+
+// Error types.
+const (
+	Infra          = "InfraError"     // retried; never scored as reward 0
+	RoutingMissing = "RoutingMissing" // R3 routing absent or invalid
+	Verifier       = "VerifierError"  // verifier crashed, timed out, wrote no results
+	TaskInvalid    = "TaskInvalid"    // the task itself is broken: non-retryable
+	// SandboxGone is an InfraError that the same sandbox cannot fix.
+	SandboxGone = "SandboxGone"
+	BadInput    = "BadInput" // a caller's mistake: non-retryable
+	Cancelled   = "Cancelled"
+)
+
+// Infraf is a retryable infrastructure failure.
+func Infraf(format string, args ...any) error {
+	return temporal.NewApplicationError(fmt.Sprintf(format, args...), Infra)
+}
+
+// TaskInvalidf is the task's own fault; it names the file and field.
+func TaskInvalidf(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), TaskInvalid, nil)
+}
+
+// Verifierf is a verifier failure: retried, then recorded, never reward 0.
+func Verifierf(format string, args ...any) error {
+	return temporal.NewApplicationError(fmt.Sprintf(format, args...), Verifier)
+}
+
+// SandboxGonef asks the workflow for a fresh sandbox.
+func SandboxGonef(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), SandboxGone, nil)
+}
+
+// BadInputf is a non-retryable caller mistake.
+func BadInputf(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), BadInput, nil)
+}
+
+// RoutingMissingf is retryable by default: the rollout retries with a fresh sandbox.
+func RoutingMissingf(format string, args ...any) error {
+	return temporal.NewApplicationError(fmt.Sprintf(format, args...), RoutingMissing)
+}
