@@ -4,8 +4,9 @@ SHELL := /bin/bash
 export T1FLOW_HOME ?= $(CURDIR)/.t1flow
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 WORKFLOWCHECK_VERSION ?= v0.6.0
+PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 
-.PHONY: all build deps docker temporal base-image dev stop worker demo test unit bench lint
+.PHONY: all build deps docker temporal base-image python dev stop worker demo test unit bench lint
 
 all: build
 
@@ -14,8 +15,12 @@ build:
 	go build -o bin/starter ./starter
 
 # Everything the tests and the demo need: a Docker daemon, the pinned
-# Temporal CLI, and the sandbox base image (built offline, cached by recipe).
-deps: docker temporal base-image
+# Temporal CLI, the sandbox base image (built offline, cached by recipe), and
+# PyTorch for the reference trainer and inference server.
+deps: docker temporal base-image python
+
+python:
+	@scripts/ensure-python.sh
 
 docker:
 	@scripts/ensure-sandbox-host.sh
@@ -41,9 +46,11 @@ worker: deps dev
 demo: deps dev
 	@scripts/demo.sh
 
-# Unit tests, then integration tests against the real dev server and Docker.
+# Unit tests, then integration tests against the real dev server, Docker and
+# the reference trainer and inference processes.
 test: deps
 	go vet ./...
+	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
 	T1FLOW_INTEGRATION=1 go test -count=1 -timeout 40m ./...
 
 unit:

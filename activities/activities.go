@@ -188,6 +188,9 @@ func (d *Docker) StartSandbox(ctx context.Context, name, img string, t *task.Tas
 		if errdefs.IsConflict(err) {
 			return "", InfraErrorf("sandbox %s is being created by another attempt: %v", name, err)
 		}
+		if errdefs.IsNotFound(err) {
+			d.present.Delete(img) // removed behind our back: the retry rebuilds it
+		}
 		return "", InfraErrorf("docker create %s: %v", name, err)
 	}
 	if err := d.Client.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {

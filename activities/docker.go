@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -75,6 +76,10 @@ type Docker struct {
 	Log    io.Writer
 
 	builds singleflight.Group
+	// present remembers images seen on the daemon: tags are content hashes, so
+	// a tag once present means the same image (a sandbox create that finds it
+	// gone forgets it).
+	present sync.Map
 }
 
 // NewDocker connects to the daemon named by DOCKER_HOST (or the default
@@ -113,8 +118,12 @@ func (d *Docker) LoadAliases(path string) error {
 }
 
 func (d *Docker) imageExists(ctx context.Context, ref string) (bool, error) {
+	if _, ok := d.present.Load(ref); ok {
+		return true, nil
+	}
 	_, err := d.Client.ImageInspect(ctx, ref)
 	if err == nil {
+		d.present.Store(ref, true)
 		return true, nil
 	}
 	if errdefs.IsNotFound(err) {

@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
@@ -201,7 +202,7 @@ func run(out string, n, turns int) error {
 		return "**missed**"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Benchmarks\n\nWritten by `make bench` (bench/main.go) on %s, %d CPUs, %s. Each figure is a median;\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
+	fmt.Fprintf(&b, "# Benchmarks\n\n## Sandboxes and the turn loop\n\nWritten by `make bench` (bench/main.go) on %s, %d CPUs, %s. Each figure is a median;\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
 	fmt.Fprintf(&b, "each ratio compares t1flow with bare Docker doing the same operations in the same run.\n\n")
 	fmt.Fprintf(&b, "| what | t1flow | bare Docker | ratio | target |\n|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| sandbox create → exec → destroy (activities, Docker SDK) vs `docker run --rm` (n=%d) | %s | %s | %.2f× | ≤ 1.3× (%s) |\n", n, ms(lifeOurs), ms(lifeBare), lifeRatio, verdict(lifeRatio, 1.3))
@@ -211,6 +212,14 @@ func run(out string, n, turns int) error {
 		"task dispatch and one workflow task, plus one exec through the Docker SDK (no CLI process).\n"+
 		"The lifecycle includes the idempotency check (inspect by name), the resource limits and\n"+
 		"labels, and the image-cache lookup.\n")
+	// The GPU side: the reference trainer and inference server, measured by
+	// their own benchmark in the same run.
+	py, err := exec.Command(gpu.Python(), filepath.Join(gpu.ReferenceDir(), "bench.py")).Output()
+	if err != nil {
+		return fmt.Errorf("gpu/reference/bench.py: %v", err)
+	}
+	b.WriteString("\n")
+	b.Write(py)
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err
 	}

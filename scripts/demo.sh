@@ -25,7 +25,7 @@ started=0
 if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
   echo "demo: reusing the worker (pid $(cat "$PIDFILE"))" >&2
 else
-  bin/worker -role all -log-level warn >>"$LOG" 2>&1 &
+  bin/worker -role control,sandbox -log-level warn >>"$LOG" 2>&1 &
   echo $! >"$PIDFILE"
   started=1
   echo "demo: worker started (pid $!, log $LOG)" >&2
