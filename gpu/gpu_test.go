@@ -12,7 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
 
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
@@ -265,5 +268,31 @@ func TestSlots(t *testing.T) {
 	}
 	if _, err := Slots("zero", 1); err == nil || !strings.Contains(err.Error(), "--gpus") {
 		t.Fatalf("bad spec: %v", err)
+	}
+}
+
+func TestTrainerActivityHeartbeatsProgress(t *testing.T) {
+	r := newRig(t, "--slow-ms", "300")
+	refs := sample(t, r.acts.Inference, r.acts.Store, 2, "hb")
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(r.acts)
+	var beats []Progress
+	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
+		var p Progress
+		if d.HasValues() && d.Get(&p) == nil && p.Op != nil {
+			beats = append(beats, p)
+		}
+	})
+	val, err := env.ExecuteActivity(r.acts.TrainerCriticFit, TrainInput{Key: "hb/critic", Trajectories: refs, Preset: "small", Hyper: map[string]any{"epochs": 12}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m Metrics
+	if err := val.Get(&m); err != nil {
+		t.Fatal(err)
+	}
+	if len(beats) == 0 || *beats[len(beats)-1].Op != "critic_fit" || beats[len(beats)-1].Total != 12 {
+		t.Fatalf("heartbeats did not carry the trainer's progress: %+v", beats)
 	}
 }
