@@ -4,9 +4,10 @@ SHELL := /bin/bash
 export T1FLOW_HOME ?= $(CURDIR)/.t1flow
 export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 WORKFLOWCHECK_VERSION ?= v0.6.0
+VERSITYGW_VERSION ?= v1.8.0
 PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 
-.PHONY: all build deps docker temporal base-image python dev stop worker demo test unit bench lint
+.PHONY: all build deps docker temporal base-image python s3server dev stop worker demo test unit bench lint
 
 all: build
 
@@ -17,7 +18,11 @@ build:
 # Everything the tests and the demo need: a Docker daemon, the pinned
 # Temporal CLI, the sandbox base image (built offline, cached by recipe), and
 # PyTorch for the reference trainer and inference server.
-deps: docker temporal base-image python
+deps: docker temporal base-image python s3server
+
+# A real S3-compatible server for the store's tests (loopback only).
+s3server:
+	@test -x $(T1FLOW_HOME)/bin/versitygw || { echo "installing versitygw $(VERSITYGW_VERSION) into $(T1FLOW_HOME)/bin"; GOBIN=$(T1FLOW_HOME)/bin go install github.com/versity/versitygw/cmd/versitygw@$(VERSITYGW_VERSION); }
 
 python:
 	@scripts/ensure-python.sh

@@ -32,6 +32,14 @@ func NewClient(baseURL string) *Client {
 }
 
 func call(ctx context.Context, hc *http.Client, method, url, op string, in, out any) error {
+	return callWith(ctx, hc, method, url, op, "", in, out)
+}
+
+func callAuth(ctx context.Context, hc *http.Client, url, key string, in, out any) error {
+	return callWith(ctx, hc, http.MethodPost, url, "/v1/chat/completions", key, in, out)
+}
+
+func callWith(ctx context.Context, hc *http.Client, method, url, op, key string, in, out any) error {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -45,6 +53,9 @@ func call(ctx context.Context, hc *http.Client, method, url, op string, in, out 
 		return err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
 	resp, err := hc.Do(req)
 	if err != nil {
 		return fmt.Errorf("%s: %w", op, err)

@@ -120,3 +120,52 @@ func (c *InferenceClient) UpdateWeightsFromDisk(ctx context.Context, dir string)
 func (c *InferenceClient) Health(ctx context.Context) error {
 	return call(ctx, c.hc(), http.MethodGet, c.BaseURL+"/health", "/health", nil, nil)
 }
+
+// Tokenize encodes text with the server's tokenizer (special tokens allowed).
+func (c *InferenceClient) Tokenize(ctx context.Context, text string) ([]int, error) {
+	var r struct {
+		Tokens []int `json:"tokens"`
+	}
+	err := call(ctx, c.hc(), http.MethodPost, c.BaseURL+"/tokenize", "/tokenize", map[string]any{"text": text}, &r)
+	return r.Tokens, err
+}
+
+// ChatMessage is one OpenAI-style chat message.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatClient speaks an OpenAI-compatible /v1/chat/completions endpoint
+// (hosted models, eval only: text in and out).
+type ChatClient struct {
+	BaseURL string // up to, not including, /v1
+	Model   string
+	APIKey  string
+	HTTP    *http.Client
+}
+
+// Complete returns the assistant's reply and its finish reason.
+func (c *ChatClient) Complete(ctx context.Context, msgs []ChatMessage, maxTokens int, temperature float64) (string, string, error) {
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	body := map[string]any{"model": c.Model, "messages": msgs, "max_tokens": maxTokens, "temperature": temperature}
+	var r struct {
+		Choices []struct {
+			Message      ChatMessage `json:"message"`
+			FinishReason string      `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	req := func(ctx context.Context) error {
+		return callAuth(ctx, hc, c.BaseURL+"/v1/chat/completions", c.APIKey, body, &r)
+	}
+	if err := req(ctx); err != nil {
+		return "", "", err
+	}
+	if len(r.Choices) == 0 {
+		return "", "", fmt.Errorf("/v1/chat/completions: no choices in the answer")
+	}
+	return r.Choices[0].Message.Content, r.Choices[0].FinishReason, nil
+}

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"go.temporal.io/sdk/client"
 	tlog "go.temporal.io/sdk/log"
@@ -32,8 +33,18 @@ func StoreDir() string {
 	return filepath.Join(Home(), "store")
 }
 
-// OpenStore opens the artifact store at dir.
-func OpenStore(dir string) (store.Store, error) { return store.NewLocal(dir) }
+// OpenStore opens the artifact store: a local directory, or s3://bucket/prefix
+// (endpoint from T1FLOW_S3_ENDPOINT, keys from the AWS_* variables).
+func OpenStore(where string) (store.Store, error) {
+	if strings.HasPrefix(where, "s3://") {
+		cfg, err := store.ParseS3URL(where)
+		if err != nil {
+			return nil, err
+		}
+		return store.NewS3(cfg)
+	}
+	return store.NewLocal(where)
+}
 
 // Namespace is $TEMPORAL_NAMESPACE or "default".
 func Namespace() string {

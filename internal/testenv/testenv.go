@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
@@ -162,4 +163,37 @@ func Worker(tb testing.TB, c client.Client, role string, acts *activities.Activi
 // pick up each other's host queues.
 func HostName(prefix string) string {
 	return fmt.Sprintf("%s-%d", prefix, os.Getpid())
+}
+
+// S3Server is a versitygw S3-compatible server on loopback with a posix
+// backend under a test directory.
+type S3Server struct {
+	Endpoint, Access, Secret, Root string
+}
+
+// S3 starts versitygw for the test (installed by `make test` into .t1flow/bin).
+func S3(tb testing.TB) *S3Server {
+	tb.Helper()
+	bin := filepath.Join(StateDir(), "bin", "versitygw")
+	if _, err := os.Stat(bin); err != nil {
+		unavailable(tb, "versitygw not found at %s: run `make s3server`", bin)
+	}
+	root := tb.TempDir()
+	s := &S3Server{Endpoint: fmt.Sprintf("http://127.0.0.1:%d", FreePort()), Access: "t1flowtest", Secret: "t1flowtestsecret", Root: root}
+	cmd := exec.Command(bin, "--access", s.Access, "--secret", s.Secret, "--port", strings.TrimPrefix(s.Endpoint, "http://"), "posix", root)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	for i := 0; i < 100; i++ {
+		c, err := net.Dial("tcp", strings.TrimPrefix(s.Endpoint, "http://"))
+		if err == nil {
+			c.Close()
+			return s
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	tb.Fatalf("versitygw did not listen on %s", s.Endpoint)
+	return nil
 }
