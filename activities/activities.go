@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -19,6 +20,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
+	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -53,6 +55,12 @@ type Activities struct {
 	Temporal  client.Client
 	Host      string
 	TaskCache string
+	// EpisodeDir keeps model-driven episodes on the sandbox host between turns.
+	EpisodeDir string
+
+	eps     episodes
+	poolsMu sync.Mutex
+	pools   map[string]*gpu.Pool
 }
 
 func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, error) {
@@ -225,6 +233,8 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 			return res, sandboxErr(err, "copy solution into %s", in.Sandbox.Name)
 		}
 		res.Final = true
+	case AgentPolicy, AgentChat:
+		return a.modelTurn(ctx, in)
 	case AgentScripted:
 		if in.Turn >= len(in.Agent.Commands) {
 			res.Done = true
@@ -292,7 +302,13 @@ func (d *Docker) CopyOut(ctx context.Context, id, src string) ([]byte, error) {
 
 // DestroySandbox removes the container; one already gone is success.
 func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error {
-	return a.Docker.Remove(ctx, in.Sandbox.ContainerID)
+	if err := a.Docker.Remove(ctx, in.Sandbox.ContainerID); err != nil {
+		return err
+	}
+	if in.RolloutID != "" {
+		a.forgetEpisodeOf(in.RolloutID, in.Sandbox.Name)
+	}
+	return nil
 }
 
 // Remove force-removes a container and its anonymous volumes.

@@ -22,11 +22,12 @@ const (
 
 // Constructors of the typed errors.
 var (
-	InfraErrorf    = errs.Infraf
-	TaskInvalidf   = errs.TaskInvalidf
-	VerifierErrorf = errs.Verifierf
-	SandboxGonef   = errs.SandboxGonef
-	BadInputf      = errs.BadInputf
+	InfraErrorf     = errs.Infraf
+	TaskInvalidf    = errs.TaskInvalidf
+	VerifierErrorf  = errs.Verifierf
+	SandboxGonef    = errs.SandboxGonef
+	BadInputf       = errs.BadInputf
+	RoutingMissingf = errs.RoutingMissingf
 )
 
 // Sandbox identifies one container and the host queue that owns it.
@@ -62,12 +63,24 @@ const (
 	AgentOracle   = "oracle"   // runs solution/solve.sh
 	AgentNop      = "nop"      // does nothing
 	AgentScripted = "scripted" // runs a given list of commands, one per turn
+	AgentPolicy   = "policy"   // a model behind SGLang's native API, token in and out (training and eval)
+	AgentChat     = "chat"     // a hosted model behind an OpenAI-compatible chat API (eval only)
 )
 
 // AgentSpec says who drives the sandbox.
 type AgentSpec struct {
 	Kind     string   `json:"kind"`
 	Commands []string `json:"commands,omitempty"`
+	// policy: SGLang-compatible replicas; chat: the API's base URL and model.
+	Inference []string `json:"inference,omitempty"`
+	Endpoint  string   `json:"endpoint,omitempty"`
+	Model     string   `json:"model,omitempty"`
+	// APIKeyEnv names the environment variable holding the chat API key on the
+	// sandbox hosts (the key itself never enters a workflow history).
+	APIKeyEnv    string  `json:"api_key_env,omitempty"`
+	MaxNewTokens int     `json:"max_new_tokens,omitempty"` // per turn; default 512
+	Temperature  float64 `json:"temperature"`              // RL rollouts sample at 1.0
+	MaxContext   int     `json:"max_context,omitempty"`    // tokens; 0: the model's context
 }
 
 // Validate names the field at fault.
@@ -80,10 +93,23 @@ func (a AgentSpec) Validate() error {
 			return fmt.Errorf("agent scripted: commands is empty (give at least one command)")
 		}
 		return nil
+	case AgentPolicy:
+		if len(a.Inference) == 0 {
+			return fmt.Errorf("agent policy: inference is empty (give the SGLang-compatible server URLs)")
+		}
+		return nil
+	case AgentChat:
+		if a.Endpoint == "" || a.Model == "" {
+			return fmt.Errorf("agent chat: endpoint and model are required")
+		}
+		return nil
 	default:
-		return fmt.Errorf("agent %q: unknown kind (use oracle, nop or scripted)", a.Kind)
+		return fmt.Errorf("agent %q: unknown kind (use oracle, nop, scripted, policy or chat)", a.Kind)
 	}
 }
+
+// ModelDriven reports whether the agent is a model behind the harness.
+func (a AgentSpec) ModelDriven() bool { return a.Kind == AgentPolicy || a.Kind == AgentChat }
 
 // NextCommand is what the agent runs at turn, when the workflow can know it
 // before the turn (for the UI summary); "" when only the activity knows.
@@ -118,11 +144,21 @@ type TurnInput struct {
 // output itself goes to the artifact store when longer.
 const PreviewBytes = 512
 
+// Why a model-driven episode ended, besides the turn cap and the agent timeout.
+const (
+	EndTaskComplete     = "task_complete"     // asked twice, as the harness requires
+	EndContextExhausted = "context_exhausted" // the next turn would overflow the model's context
+)
+
 // TurnResult is what one turn did. Done means the agent had nothing to run.
 type TurnResult struct {
 	Turn         int        `json:"turn"`
 	Done         bool       `json:"done,omitempty"`
 	Final        bool       `json:"final,omitempty"` // the agent has nothing after this turn
+	EndReason    string     `json:"end_reason,omitempty"`
+	ParseError   string     `json:"parse_error,omitempty"` // the model's output was not a valid action
+	Tokens       int        `json:"tokens,omitempty"`      // generated this turn
+	Stitch       string     `json:"stitch,omitempty"`      // how the turn boundary was stitched
 	Command      string     `json:"command,omitempty"`
 	ExitCode     int        `json:"exit_code"`
 	DurationMs   int64      `json:"duration_ms"`
@@ -168,7 +204,52 @@ type VerifyResult struct {
 
 // DestroyInput removes a sandbox.
 type DestroyInput struct {
-	Sandbox Sandbox `json:"sandbox"`
+	Sandbox   Sandbox `json:"sandbox"`
+	RolloutID string  `json:"rollout_id,omitempty"`
+}
+
+// FinishEpisodeInput asks the sandbox host to assemble a model-driven episode.
+type FinishEpisodeInput struct {
+	Sandbox   Sandbox   `json:"sandbox"`
+	Task      task.Ref  `json:"task"`
+	RolloutID string    `json:"rollout_id"`
+	Agent     AgentSpec `json:"agent"`
+}
+
+// DriftReport is the TITO audit of one trajectory.
+type DriftReport struct {
+	// PromptMismatches counts turns whose prompt did not extend the previous
+	// prompt plus its sampled tokens exactly.
+	PromptMismatches int `json:"prompt_mismatches"`
+	// LossMismatches counts loss-region tokens that differ from the sampled IDs.
+	LossMismatches int `json:"loss_mismatches"`
+	// ReencodedContextShare is the share of context tokens that came from
+	// re-encoding model text (0 unless context was compacted).
+	ReencodedContextShare float64 `json:"reencoded_context_share"`
+	Drift                 float64 `json:"drift"` // loss mismatches / loss tokens
+}
+
+// RoutingReport is the R3 capture check of one trajectory.
+type RoutingReport struct {
+	Positions int  `json:"positions"`
+	Covered   int  `json:"covered"`
+	Layers    int  `json:"layers"`
+	TopK      int  `json:"top_k"`
+	Experts   int  `json:"experts"`
+	Valid     bool `json:"valid"`
+}
+
+// EpisodeResult is the trajectory's claim check and its reports.
+type EpisodeResult struct {
+	Trajectory     *store.Ref     `json:"trajectory,omitempty"` // policy agents only
+	Turns          int            `json:"turns"`
+	Tokens         int            `json:"tokens"`
+	LossTokens     int            `json:"loss_tokens"`
+	StitchCases    map[string]int `json:"stitch_cases,omitempty"`
+	Drift          DriftReport    `json:"drift"`
+	Routing        RoutingReport  `json:"routing"`
+	PolicyVersions []string       `json:"policy_versions,omitempty"`
+	ParseErrors    int            `json:"parse_errors"`
 }
 
 // ReapInput bounds what the reaper removes.

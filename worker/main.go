@@ -64,7 +64,8 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	acts := &activities.Activities{Store: st, Host: ids.Clean(*host), TaskCache: filepath.Join(config.Home(), "cache", "tasks")}
+	acts := &activities.Activities{Store: st, Host: ids.Clean(*host),
+		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes")}
 	sandbox := set[roles.Sandbox]
 	if sandbox || *prepareOnly {
 		d, err := activities.NewDocker(ctx, config.Home())

@@ -35,9 +35,10 @@ const (
 
 // How the agent phase ended.
 const (
-	AgentEndCompleted = "completed"
-	AgentEndTurnCap   = "turn_cap"
-	AgentEndTimeout   = "agent_timeout"
+	AgentEndCompleted        = "completed"
+	AgentEndTurnCap          = "turn_cap"
+	AgentEndTimeout          = "agent_timeout"
+	AgentEndContextExhausted = activities.EndContextExhausted
 )
 
 // RolloutInput is one rollout attempt.
@@ -109,17 +110,22 @@ type RolloutResult struct {
 	SandboxAttempts int        `json:"sandbox_attempts"`
 	Error           string     `json:"error,omitempty"`
 	Record          *store.Ref `json:"record,omitempty"`
+	// Model-driven rollouts: the trajectory's claim check and the policy
+	// version(s) that sampled it.
+	Trajectory     *store.Ref `json:"trajectory,omitempty"`
+	PolicyVersions []string   `json:"policy_versions,omitempty"`
 }
 
 // RolloutRecord is the full account of a rollout, stored as an artifact.
 type RolloutRecord struct {
-	Result     RolloutResult            `json:"result"`
-	Turns      []activities.TurnResult  `json:"turns"`
-	Verify     *activities.VerifyResult `json:"verify,omitempty"`
-	Failures   []string                 `json:"failures,omitempty"` // one line per failed sandbox attempt
-	S          int                      `json:"s"`
-	Agent      activities.AgentSpec     `json:"agent"`
-	Containers []string                 `json:"containers"`
+	Result     RolloutResult             `json:"result"`
+	Turns      []activities.TurnResult   `json:"turns"`
+	Verify     *activities.VerifyResult  `json:"verify,omitempty"`
+	Failures   []string                  `json:"failures,omitempty"` // one line per failed sandbox attempt
+	S          int                       `json:"s"`
+	Agent      activities.AgentSpec      `json:"agent"`
+	Containers []string                  `json:"containers"`
+	Episode    *activities.EpisodeResult `json:"episode,omitempty"`
 }
 
 // EvalSweepInput is tasks × attempts with one agent.

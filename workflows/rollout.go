@@ -96,7 +96,8 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		}
 		// Reset per-attempt state: a fresh sandbox starts the episode over.
 		r.rec.Turns = r.rec.Turns[:0]
-		res.Turns = 0
+		r.rec.Episode = nil
+		res.Turns, res.Trajectory, res.PolicyVersions = 0, nil, nil
 	}
 	res.DurationSec = workflow.Now(ctx).Sub(r.start).Seconds()
 	r.status.Phase = "done"
@@ -165,7 +166,7 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 			RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
 			Summary:                "destroy " + sb.Name,
 		})
-		if err := workflow.ExecuteActivity(dctx, act.DestroySandbox, activities.DestroyInput{Sandbox: sb}).Get(dctx, nil); err != nil {
+		if err := workflow.ExecuteActivity(dctx, act.DestroySandbox, activities.DestroyInput{Sandbox: sb, RolloutID: r.id}).Get(dctx, nil); err != nil {
 			// The reaper removes it once this workflow closes.
 			workflow.GetLogger(ctx).Warn("sandbox not destroyed; the reaper will remove it", "container", sb.Name, "error", err)
 			r.rec.Failures = append(r.rec.Failures, "destroy "+sb.Name+": "+oneLine(err))
@@ -209,6 +210,9 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 		}
 		if tr.Done {
 			res.AgentEnd = AgentEndCompleted
+			if tr.EndReason == activities.EndContextExhausted {
+				res.AgentEnd = AgentEndContextExhausted // a normal end, still verified
+			}
 			break
 		}
 		r.rec.Turns = append(r.rec.Turns, tr)
@@ -222,6 +226,26 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 			res.AgentEnd = AgentEndCompleted
 			break
 		}
+	}
+
+	if r.in.Agent.ModelDriven() {
+		// The trajectory is assembled where the episode lived; missing routing
+		// surfaces here too and sends the rollout to a fresh sandbox.
+		fctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			TaskQueue:              sb.HostQueue,
+			ScheduleToStartTimeout: hostWait,
+			StartToCloseTimeout:    10 * time.Minute,
+			RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: nonRetryable},
+			Summary:                "trajectory of " + r.in.Task.Name,
+		})
+		var er activities.EpisodeResult
+		if err := workflow.ExecuteActivity(fctx, act.FinishEpisode, activities.FinishEpisodeInput{
+			Sandbox: sb, Task: r.in.Task, RolloutID: r.id, Agent: r.in.Agent,
+		}).Get(ctx, &er); err != nil {
+			return err
+		}
+		r.rec.Episode = &er
+		res.Trajectory, res.PolicyVersions = er.Trajectory, er.PolicyVersions
 	}
 
 	// Verification: tests enter only now.

@@ -35,7 +35,8 @@ class Engine:
             self.load(args.model)
         else:
             torch.manual_seed(args.seed)
-            self.set_model(M.Transformer(M.Config()), f"random-{args.seed}", "random")
+            cfg = M.Config(block_size=args.block_size) if getattr(args, "block_size", 0) else M.Config()
+            self.set_model(M.Transformer(cfg), f"random-{args.seed}", "random")
 
     def set_model(self, m, version, path):
         m.eval()
@@ -127,6 +128,37 @@ class Engine:
                 meta["routed_experts"] = base64.b64encode(np.ascontiguousarray(r).tobytes()).decode()
         return {"text": self.tok.decode(out_ids), "output_ids": out_ids, "meta_info": meta}
 
+    def chat(self, req):
+        """OpenAI-compatible chat completions over the chat template (text in and out)."""
+        msgs = req.get("messages")
+        if not isinstance(msgs, list) or not msgs:
+            raise httpjson.HTTPError(400, "messages must be a non-empty list")
+        roles = {"system": "<|system|>", "user": "<|user|>", "assistant": "<|assistant|>"}
+        text = ""
+        for i, m in enumerate(msgs):
+            if not isinstance(m, dict) or m.get("role") not in roles or not isinstance(m.get("content"), str):
+                raise httpjson.HTTPError(400, f"messages[{i}] needs a role (system, user or assistant) and string content")
+            text += "<|im_start|>" + roles[m["role"]] + m["content"] + "<|im_end|>"
+        ids = self.tok.encode(text + "<|im_start|><|assistant|>")
+        max_tokens = int(req.get("max_tokens") or 256)
+        if len(ids) + max_tokens > self.model.cfg.block_size:
+            raise httpjson.HTTPError(400, f"This model's maximum context length is {self.model.cfg.block_size} tokens; the messages use {len(ids)} and max_tokens {max_tokens}")
+        sp = {"max_new_tokens": max_tokens, "temperature": float(req.get("temperature", 1.0)),
+              "stop_token_ids": [self.tok.im_end]}
+        if "seed" in req:
+            sp["seed"] = req["seed"]
+        out = self.generate({"input_ids": ids, "sampling_params": sp})
+        ids_out = out["output_ids"]
+        if ids_out and ids_out[-1] == self.tok.im_end:
+            ids_out = ids_out[:-1]
+        finish = "stop" if out["meta_info"]["finish_reason"]["type"] == "stop" else "length"
+        return {
+            "id": "chatcmpl-t1flow", "object": "chat.completion", "model": req.get("model", self.weight_version),
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": self.tok.decode(ids_out)}, "finish_reason": finish}],
+            "usage": {"prompt_tokens": len(ids), "completion_tokens": len(out["output_ids"]),
+                      "total_tokens": len(ids) + len(out["output_ids"])},
+        }
+
     def tokenize(self, req):
         if not isinstance(req.get("text"), str):
             raise httpjson.HTTPError(400, "text must be a string")
@@ -164,6 +196,7 @@ def main():
     ap.add_argument("--drop-routing-frac", type=float, default=0.0, help="fault injection: share of responses whose routing is dropped")
     ap.add_argument("--fault-seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--block-size", type=int, default=0, help="context length of a random init (0: the default config)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -176,6 +209,7 @@ def main():
         ("POST", "/tokenize"): eng.tokenize,
         ("POST", "/detokenize"): eng.detokenize,
         ("POST", "/update_weights_from_disk"): eng.update_weights,
+        ("POST", "/v1/chat/completions"): eng.chat,
     }
     httpjson.serve(args.host, args.port, routes, "t1flow reference inference server").serve_forever()
 

@@ -201,3 +201,15 @@ def test_server_routing_covers_every_position():
     cfg = eng.model.cfg
     assert n == (4 + len(r["output_ids"]) - 2) * cfg.n_layer * cfg.top_k
     assert len(r["meta_info"]["output_token_logprobs"]) == len(r["output_ids"])
+
+
+def test_chat_completions():
+    eng = make_engine()
+    r = eng.chat({"model": "ref", "messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi"}],
+                  "max_tokens": 8, "seed": 1})
+    msg = r["choices"][0]["message"]
+    assert msg["role"] == "assistant" and isinstance(msg["content"], str)
+    assert r["choices"][0]["finish_reason"] in ("stop", "length")
+    assert r["usage"]["completion_tokens"] <= 8
+    with pytest.raises(httpjson.HTTPError):
+        eng.chat({"messages": [{"role": "robot", "content": "x"}]})
