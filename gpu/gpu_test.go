@@ -19,7 +19,6 @@ import (
 
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
-	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/internal/trajectory"
 )
 
@@ -27,7 +26,8 @@ func needTorch(t *testing.T) {
 	t.Helper()
 	if err := exec.Command(Python(), "-c", "import torch").Run(); err != nil {
 		msg := fmt.Sprintf("%s cannot import torch (apt-get install python3-torch libopenblas0-pthread)", Python())
-		if testenv.Required() {
+		// testenv would import activities, which imports this package.
+		if os.Getenv("T1FLOW_INTEGRATION") == "1" {
 			t.Fatal(msg)
 		}
 		t.Skip(msg)
