@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"sort"
 	"strings"
 	"syscall"
@@ -38,9 +39,11 @@ commands:
   tasks import DIR... --pool NAME   validate Harbor task directories and add them to a pool
   tasks list --pool NAME            list a pool's tasks
   tasks validate DIR...             validate task directories without importing them
-  eval (--tasks DIR | --pool NAME) --agent oracle|nop|scripted [--command CMD]...
+  eval (--tasks DIR | --pool NAME) --agent oracle|nop|scripted|policy|chat
+       [--command CMD]... [--inference URL[,URL...]] [--endpoint URL --model NAME]
        [--attempts K] [--concurrency N] [--wait] [--json] [--id ID] [--new]
                                     run an eval sweep; prints its workflow ID and UI link
+  trace ROLLOUT_ID|TASK_ID          a rollout's turns, assertions, reward, drift and routing reports
   reap [--host H] [--ttl D]         run the reaper for a sandbox host now
 
 environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, T1FLOW_HOME, T1FLOW_STORE, T1FLOW_UI
@@ -81,6 +84,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		err = tasksValidate(args[2:], stdout, stderr)
 	case args[0] == "eval":
 		err = eval(ctx, args[1:], stdout, stderr)
+	case args[0] == "trace":
+		err = trace(ctx, args[1:], stdout)
 	case args[0] == "reap":
 		err = reap(ctx, args[1:], stdout)
 	default:
@@ -229,9 +234,16 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
 	tasksDir := fs.String("tasks", "", "a task directory or a directory of them")
 	pool := fs.String("pool", "", "an imported pool")
-	agent := fs.String("agent", "oracle", "oracle, nop or scripted")
+	agent := fs.String("agent", "oracle", "oracle, nop, scripted, policy or chat")
 	var commands multiFlag
 	fs.Var(&commands, "command", "a command for the scripted agent, one per turn (repeat the flag)")
+	inference := fs.String("inference", "", "policy: SGLang-compatible server URLs, comma-separated (default: the local worker's, from <home>/inference.url)")
+	endpoint := fs.String("endpoint", "", "chat: base URL of an OpenAI-compatible API")
+	model := fs.String("model", "", "chat: model name")
+	apiKeyEnv := fs.String("api-key-env", "OPENAI_API_KEY", "chat: environment variable on the sandbox hosts that holds the API key")
+	maxNew := fs.Int("max-new-tokens", 512, "policy/chat: tokens per turn")
+	temperature := fs.Float64("temperature", 1.0, "policy/chat: sampling temperature")
+	maxContext := fs.Int("max-context", 0, "policy: context limit in tokens (0: the model's)")
 	attempts := fs.Int("attempts", 1, "attempts per task")
 	concurrency := fs.Int("concurrency", workflows.DefaultEvalConcurrency, "rollouts at once")
 	turnCap := fs.Int("turn-cap", workflows.EvalTurnCap, "turn cap per rollout")
@@ -246,6 +258,23 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	spec := activities.AgentSpec{Kind: *agent, Commands: commands}
+	switch *agent {
+	case activities.AgentPolicy:
+		urls := *inference
+		if urls == "" {
+			b, _ := os.ReadFile(filepath.Join(config.Home(), "inference.url"))
+			urls = strings.TrimSpace(string(b))
+		}
+		for _, u := range strings.Split(urls, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				spec.Inference = append(spec.Inference, u)
+			}
+		}
+		spec.MaxNewTokens, spec.Temperature, spec.MaxContext = *maxNew, *temperature, *maxContext
+	case activities.AgentChat:
+		spec.Endpoint, spec.Model, spec.APIKeyEnv = *endpoint, *model, *apiKeyEnv
+		spec.MaxNewTokens, spec.Temperature = *maxNew, *temperature
+	}
 	switch {
 	case (*tasksDir == "") == (*pool == ""):
 		return badInput(errors.New("eval: give exactly one of --tasks DIR or --pool NAME"))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/testenv"
@@ -146,5 +148,55 @@ func TestEvalJSONDocument(t *testing.T) {
 	code, out, stderr, _ = starter(t, "eval", "--tasks", "../examples/tasks/log-level-counter", "--agent", "oracle", "--id", strings.TrimPrefix(wid, "eval/"), "--json")
 	if code != 0 || !strings.Contains(stderr, "found existing sweep") || !strings.Contains(out, wid) {
 		t.Fatalf("re-run: %d %q %q", code, stderr, out)
+	}
+}
+
+func TestPolicyEvalAndTrace(t *testing.T) {
+	srv, c := testenv.DevServer(t)
+	d := testenv.Docker(t)
+	if err := exec.Command(gpu.Python(), "-c", "import torch").Run(); err != nil {
+		t.Fatalf("%s cannot import torch: %v", gpu.Python(), err)
+	}
+	inf := &gpu.Supervisor{Name: "inference", Command: gpu.InferenceCommand("", gpu.Slot{}, "--seed", "0", "--threads", "1"), LogPath: filepath.Join(t.TempDir(), "inf.log")}
+	if err := inf.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer inf.Stop()
+	dir := t.TempDir()
+	st, _ := store.NewLocal(dir)
+	testenv.Worker(t, c, roles.All, &activities.Activities{Docker: d, Store: st, Temporal: c, Host: testenv.HostName("trace"), TaskCache: t.TempDir(), EpisodeDir: t.TempDir()})
+	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
+	t.Setenv("T1FLOW_STORE", dir)
+
+	code, out, stderr, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--agent", "policy",
+		"--inference", inf.URL(), "--turn-cap", "2", "--max-new-tokens", "16", "--json", "--new")
+	if code != 0 || err != nil {
+		t.Fatalf("eval: %d %v\n%s", code, err, stderr)
+	}
+	var doc EvalJSON
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Tasks) != 1 {
+		t.Fatalf("eval json: %v %s", err, out)
+	}
+	row := doc.Tasks[0]
+	if row.Turns != 2 || row.Outcome != "unresolved" {
+		t.Fatalf("policy rollout: %+v", row)
+	}
+	code, out, _, err = starter(t, "trace", row.RolloutID)
+	if code != 0 || err != nil {
+		t.Fatalf("trace: %d %v", code, err)
+	}
+	for _, want := range []string{"rollout rollout/" + row.RolloutID, "turn 0:", "turn 1:", "invalid action", "assertions (junit)",
+		"drift: 0 prompt mismatches, 0 loss mismatches", "routing:", "valid true", "trajectory: file://", "http://localhost:8233/namespaces/default/workflows/"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("trace output lacks %q:\n%s", want, out)
+		}
+	}
+	code, out, _, _ = starter(t, "trace", row.TaskID)
+	if code != 0 || !strings.Contains(out, row.RolloutID) {
+		t.Errorf("trace by task ID: %d\n%s", code, out)
+	}
+	code, _, _, err = starter(t, "trace", "no-such-rollout")
+	if code != 2 || err == nil || !strings.Contains(err.Error(), "no rollout") {
+		t.Errorf("unknown ID: %d %v", code, err)
 	}
 }
