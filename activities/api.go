@@ -159,9 +159,11 @@ type TurnResult struct {
 	Done         bool       `json:"done,omitempty"`
 	Final        bool       `json:"final,omitempty"` // the agent has nothing after this turn
 	EndReason    string     `json:"end_reason,omitempty"`
-	ParseError   string     `json:"parse_error,omitempty"` // the model's output was not a valid action
-	Tokens       int        `json:"tokens,omitempty"`      // generated this turn
-	Stitch       string     `json:"stitch,omitempty"`      // how the turn boundary was stitched
+	ParseError   string     `json:"parse_error,omitempty"`  // the model's output was not a valid action
+	Tokens       int        `json:"tokens,omitempty"`       // generated this turn
+	Stitch       string     `json:"stitch,omitempty"`       // how the turn boundary was stitched
+	InferenceMs  int64      `json:"inference_ms,omitempty"` // model-driven turns: time in the model
+	TerminalMs   int64      `json:"terminal_ms,omitempty"`  // and in the sandbox's terminal
 	Command      string     `json:"command,omitempty"`
 	ExitCode     int        `json:"exit_code"`
 	DurationMs   int64      `json:"duration_ms"`

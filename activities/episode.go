@@ -261,6 +261,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		return seg.Result, ep.commit(seg)
 	}
 	im := info.SpecialTokens["<|im_end|>"]
+	tInf := time.Now()
 	resp, err := pool.Generate(ctx, session, gpu.GenerateRequest{
 		InputIDs:       toInts(promptTokens),
 		SamplingParams: gpu.SamplingParams{Temperature: in.Agent.Temperature, MaxNewTokens: maxNew, StopTokenIDs: []int{im}},
@@ -269,6 +270,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	if err != nil {
 		return TurnResult{}, inferenceErr(err)
 	}
+	seg.Result.InferenceMs = time.Since(tInf).Milliseconds()
 	out := toInt32(resp.OutputIDs)
 	lps, err := resp.Logprobs()
 	if err != nil || len(lps) != len(out) {
@@ -301,10 +303,12 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		}
 	}
 	budget := time.Duration(in.TimeoutSec * float64(time.Second))
+	tTerm := time.Now()
 	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, ep.offset, budget)
 	if err != nil {
 		return TurnResult{}, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
 	}
+	seg.Result.TerminalMs = time.Since(tTerm).Milliseconds()
 	seg.PaneOffset = off
 	terminal := cleanTerminal(raw, 2048, 2048)
 	var obs string

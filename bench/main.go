@@ -8,8 +8,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -83,7 +85,7 @@ func run(out string, n, turns int) error {
 		return err
 	}
 	host := fmt.Sprintf("bench-%d", os.Getpid())
-	acts := &activities.Activities{Docker: d, Store: st, Host: host, TaskCache: filepath.Join(tmp, "cache")}
+	acts := &activities.Activities{Docker: d, Store: st, Host: host, TaskCache: filepath.Join(tmp, "cache"), EpisodeDir: filepath.Join(tmp, "episodes")}
 
 	// 1. Lifecycle: create → exec → destroy, interleaved with the baseline so
 	// both see the same machine load.
@@ -156,27 +158,18 @@ func run(out string, n, turns int) error {
 			return fmt.Errorf("turn loop ran %d of %d turns: %s", res.Turns, turns, res.Error)
 		}
 		// From the first turn's scheduling to the last turn's completion.
-		var first, last time.Time
-		it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		sched := map[int64]string{}
-		for it.HasNext() {
-			ev, err := it.Next()
-			if err != nil {
-				return err
-			}
-			if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
-				sched[ev.EventId] = a.ActivityType.Name
-				if a.ActivityType.Name == "AgentTurn" && first.IsZero() {
-					first = ev.EventTime.AsTime()
-				}
-			}
-			if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && sched[a.ScheduledEventId] == "AgentTurn" {
-				last = ev.EventTime.AsTime()
-			}
+		first, last, err := turnSpan(ctx, c, wr)
+		if err != nil {
+			return err
 		}
 		loopPerTurn = append(loopPerTurn, last.Sub(first)/time.Duration(turns))
 	}
 	perTurnOurs := median(loopPerTurn)
+
+	harness, err := benchHarness(ctx, c, ref, tmp)
+	if err != nil {
+		return err
+	}
 
 	// Baseline: the same turns as a bare docker exec loop in one container.
 	cid, err := exec.Command("docker", "run", "-d", "--network", "none", img, "sleep", "600").Output()
@@ -207,11 +200,18 @@ func run(out string, n, turns int) error {
 	fmt.Fprintf(&b, "| what | t1flow | bare Docker | ratio | target |\n|---|---|---|---|---|\n")
 	fmt.Fprintf(&b, "| sandbox create → exec → destroy (activities, Docker SDK) vs `docker run --rm` (n=%d) | %s | %s | %.2f× | ≤ 1.3× (%s) |\n", n, ms(lifeOurs), ms(lifeBare), lifeRatio, verdict(lifeRatio, 1.3))
 	fmt.Fprintf(&b, "| one turn of a 100 ms command: RolloutWorkflow turn loop on the dev server vs a bare `docker exec` loop (%d turns × 3 rollouts) | %s | %s | %.2f× | ≤ 1.5× (%s) |\n", turns, ms(perTurnOurs), ms(perTurnBare), turnRatio, verdict(turnRatio, 1.5))
+	traj, err := benchTrajectory(tmp)
+	if err != nil {
+		return err
+	}
+	b.WriteString(traj)
 	fmt.Fprintf(&b, "\nPer-turn overhead of the loop over the command itself: %s (t1flow) vs %s (bare `docker exec`).\n", ms(perTurnOurs-100*time.Millisecond), ms(perTurnBare-100*time.Millisecond))
 	fmt.Fprintf(&b, "\nNotes: the dev server runs with eager activity execution; a turn costs one activity\n"+
 		"task dispatch and one workflow task, plus one exec through the Docker SDK (no CLI process).\n"+
 		"The lifecycle includes the idempotency check (inspect by name), the resource limits and\n"+
 		"labels, and the image-cache lookup.\n")
+	b.WriteString(harness)
+
 	// The GPU side: the reference trainer and inference server, measured by
 	// their own benchmark in the same run.
 	py, err := exec.Command(gpu.Python(), filepath.Join(gpu.ReferenceDir(), "bench.py")).Output()
@@ -225,4 +225,47 @@ func run(out string, n, turns int) error {
 	}
 	fmt.Print(b.String())
 	return nil
+}
+
+// turnSpan is the time from the first AgentTurn's scheduling to the last one's completion.
+func turnSpan(ctx context.Context, c client.Client, wr client.WorkflowRun) (time.Time, time.Time, error) {
+	var first, last time.Time
+	it := c.GetWorkflowHistory(ctx, wr.GetID(), wr.GetRunID(), false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	sched := map[int64]string{}
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return first, last, err
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+			sched[ev.EventId] = a.ActivityType.Name
+			if a.ActivityType.Name == "AgentTurn" && first.IsZero() {
+				first = ev.EventTime.AsTime()
+			}
+		}
+		if a := ev.GetActivityTaskCompletedEventAttributes(); a != nil && sched[a.ScheduledEventId] == "AgentTurn" {
+			last = ev.EventTime.AsTime()
+		}
+	}
+	return first, last, nil
+}
+
+// readRecord loads a rollout's record from the store it names (file://).
+func readRecord(ctx context.Context, res workflows.RolloutResult) (workflows.RolloutRecord, error) {
+	var rec workflows.RolloutRecord
+	if res.Record == nil {
+		return rec, fmt.Errorf("rollout %s has no record", res.RolloutID)
+	}
+	u, err := url.Parse(res.Record.URI)
+	if err != nil {
+		return rec, err
+	}
+	b, err := os.ReadFile(u.Path)
+	if err != nil {
+		return rec, err
+	}
+	if err := store.Verify(*res.Record, b); err != nil {
+		return rec, err
+	}
+	return rec, json.Unmarshal(b, &rec)
 }
