@@ -115,7 +115,8 @@ func printRollout(ctx context.Context, w io.Writer, st store.Store, res workflow
 		for _, a := range v.Assertions {
 			fmt.Fprintf(w, "    %-7s %s", a.Status, a.Name)
 			if a.Message != "" {
-				fmt.Fprintf(w, " — %s", a.Message)
+				msg, _, _ := strings.Cut(a.Message, "\n")
+				fmt.Fprintf(w, " — %s", msg)
 			}
 			fmt.Fprintln(w)
 		}
