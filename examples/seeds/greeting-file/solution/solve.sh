@@ -1,0 +1,2 @@
+#!/bin/bash
+echo "hello from t1flow" > /app/greeting.txt

@@ -1,0 +1,233 @@
+package audit
+
+import (
+	"fmt"
+	"math"
+	"sort"
+)
+
+// Run is one sandbox run's outcome, as the audit sees it.
+type Run struct {
+	Scored   bool   `json:"scored"`
+	Resolved bool   `json:"resolved"`
+	Passed   int    `json:"passed"`
+	Total    int    `json:"total"`
+	Outcome  string `json:"outcome"`
+}
+
+// Runs are the executable checks: the reference twice in fresh sandboxes,
+// the null agent, and the mutated solutions.
+type Runs struct {
+	Oracle  []Run     `json:"oracle"`
+	Nop     Run       `json:"nop"`
+	Mutants []Mutated `json:"mutants"`
+}
+
+// Mutated is a mutant's description and its run.
+type Mutated struct {
+	Description string `json:"description"`
+	Run         Run    `json:"run"`
+}
+
+// Similarity places a task within its pool and against eval task sets.
+type Similarity struct {
+	DuplicateOf    string  `json:"duplicate_of,omitempty"`
+	Duplicate      float64 `json:"duplicate"`
+	ContaminatedBy string  `json:"contaminated_by,omitempty"`
+	Contamination  float64 `json:"contamination"`
+}
+
+// Verdict is the audit's decision on one task, with its evidence.
+type Verdict struct {
+	Name        string             `json:"name"`
+	TaskID      string             `json:"task_id"`
+	Category    string             `json:"category,omitempty"`
+	Kept        bool               `json:"kept"`
+	Score       float64            `json:"score"`
+	HardRejects []string           `json:"hard_rejects"`
+	Flags       []string           `json:"flags,omitempty"` // soft blockers: near_duplicate, contaminated, infra
+	Dimensions  map[string]float64 `json:"dimensions"`
+	Details     []Dimension        `json:"details"`
+	Steps       int                `json:"solution_steps"`
+}
+
+// TaskInfo is what Judge needs to know of the task itself.
+type TaskInfo struct {
+	Name, ID, Category, Difficulty string
+}
+
+// Judge scores the eight dimensions and decides.
+func Judge(t TaskInfo, s Static, r Runs, sim Similarity, cfg Config) Verdict {
+	v := Verdict{Name: t.Name, TaskID: t.ID, Category: t.Category, HardRejects: []string{}, Dimensions: map[string]float64{}, Steps: len(s.Steps)}
+	dim := map[string]*Dimension{}
+	for _, d := range Dimensions {
+		dim[d.Name] = &Dimension{Name: d.Name, Group: d.Group, Weight: d.Weight}
+	}
+	add := func(name string, score float64, format string, args ...any) {
+		d := dim[name]
+		d.Score = math.Max(0, math.Min(1, score))
+		d.Evidence = append(d.Evidence, fmt.Sprintf(format, args...))
+	}
+	note := func(name, format string, args ...any) {
+		dim[name].Evidence = append(dim[name].Evidence, fmt.Sprintf(format, args...))
+	}
+	reject := func(reason string) {
+		for _, x := range v.HardRejects {
+			if x == reason {
+				return
+			}
+		}
+		v.HardRejects = append(v.HardRejects, reason)
+	}
+
+	// Executable checks first.
+	infra := false
+	for _, o := range append(append([]Run{}, r.Oracle...), r.Nop) {
+		if !o.Scored {
+			infra = true
+		}
+	}
+	if len(r.Oracle) > 0 && r.Oracle[0].Scored {
+		o := r.Oracle[0]
+		add("solution_correctness", frac(o.Passed, o.Total), "reference solution: %d/%d assertions in a fresh sandbox (%s)", o.Passed, o.Total, o.Outcome)
+	} else {
+		add("solution_correctness", 0, "reference solution was not scored (%s)", firstOutcome(r.Oracle))
+	}
+	if len(r.Oracle) >= 2 && r.Oracle[0].Scored && r.Oracle[1].Scored {
+		a, b := r.Oracle[0], r.Oracle[1]
+		same := a.Passed == b.Passed && a.Total == b.Total
+		score := 0.0
+		if same && a.Resolved {
+			score = 1
+		} else if same {
+			score = 0.5
+		}
+		add("verifier_determinism", score, "reference runs in two fresh sandboxes: %d/%d and %d/%d", a.Passed, a.Total, b.Passed, b.Total)
+	} else {
+		add("verifier_determinism", 0, "the reference did not get two scored runs")
+	}
+	strength := 1.0
+	if r.Nop.Scored {
+		if r.Nop.Resolved {
+			strength = 0
+			reject(WeakVerifier)
+			note("verifier_strength", "the null agent passes every assertion (%d/%d)", r.Nop.Passed, r.Nop.Total)
+		} else {
+			strength = 0.5 * (1 - frac(r.Nop.Passed, r.Nop.Total))
+			note("verifier_strength", "the null agent passes %d/%d assertions", r.Nop.Passed, r.Nop.Total)
+		}
+	}
+	killed := 0
+	for _, m := range r.Mutants {
+		switch {
+		case !m.Run.Scored:
+			note("verifier_strength", "mutant %q was not scored (%s)", m.Description, m.Run.Outcome)
+		case m.Run.Resolved:
+			reject(WeakVerifier)
+			note("verifier_strength", "mutant %q still passes every assertion", m.Description)
+		default:
+			killed++
+			note("verifier_strength", "mutant %q fails (%d/%d)", m.Description, m.Run.Passed, m.Run.Total)
+		}
+	}
+	if contains(v.HardRejects, WeakVerifier) {
+		strength = 0
+	} else if len(r.Mutants) > 0 {
+		strength += 0.5 * frac(killed, len(r.Mutants))
+	} else {
+		strength += 0.5
+		note("verifier_strength", "the solution has no step to remove")
+	}
+	dim["verifier_strength"].Score = strength
+
+	// Static checks.
+	if len(s.Leaks) > 0 {
+		reject(TestLeakage)
+		add("test_isolation", 0, "%d leak(s)", len(s.Leaks))
+		for _, l := range s.Leaks {
+			note("test_isolation", "%s", l)
+		}
+	} else {
+		add("test_isolation", 1, "no test code or expected value is visible in the environment or instruction")
+	}
+	if len(s.Shortcuts) > 0 {
+		reject(ShortcutSolution)
+		add("solution_integrity", 0, "%d shortcut(s)", len(s.Shortcuts))
+		for _, l := range s.Shortcuts {
+			note("solution_integrity", "%s", l)
+		}
+	} else {
+		add("solution_integrity", 1, "the solution computes its outputs and never reads the tests")
+	}
+	if len(s.HiddenPaths) > 0 {
+		reject(HiddenRequirements)
+		add("instruction_completeness", 1-frac(len(s.HiddenPaths), len(s.CheckedPaths)), "the tests check paths the instruction never names: %v", s.HiddenPaths)
+	} else {
+		add("instruction_completeness", 1, "the instruction names all %d paths the tests check", len(s.CheckedPaths))
+	}
+	add("instruction_clarity", s.Clarity, "%v", s.ClarityNotes)
+
+	value := 0.4*math.Min(float64(len(s.Steps))/6, 1) + 0.4*difficultyValue(t.Difficulty) + 0.2
+	add("task_value", value, "%d solution steps, difficulty %q", len(s.Steps), t.Difficulty)
+	if sim.DuplicateOf != "" {
+		v.Flags = append(v.Flags, "near_duplicate")
+		dim["task_value"].Score = 0
+		note("task_value", "near duplicate of %s (similarity %.2f)", sim.DuplicateOf, sim.Duplicate)
+	}
+	if sim.ContaminatedBy != "" {
+		v.Flags = append(v.Flags, "contaminated")
+		dim["task_value"].Score = 0
+		note("task_value", "overlaps eval task %s (%.0f%% of its n-grams)", sim.ContaminatedBy, 100*sim.Contamination)
+	}
+	if infra {
+		v.Flags = append(v.Flags, "infra")
+	}
+
+	for _, d := range Dimensions {
+		x := dim[d.Name]
+		v.Score += d.Weight * x.Score
+		v.Dimensions[d.Name] = round3(x.Score)
+		v.Details = append(v.Details, *x)
+	}
+	v.Score = round3(v.Score)
+	sort.Strings(v.HardRejects)
+	v.Kept = len(v.HardRejects) == 0 && len(v.Flags) == 0 && v.Score >= cfg.KeepScore
+	return v
+}
+
+func frac(a, b int) float64 {
+	if b == 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+func round3(x float64) float64 { return math.Round(x*1000) / 1000 }
+
+func difficultyValue(d string) float64 {
+	switch d {
+	case "hard":
+		return 1
+	case "medium":
+		return 0.75
+	case "easy":
+		return 0.5
+	}
+	return 0.4
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func firstOutcome(rs []Run) string {
+	if len(rs) == 0 {
+		return "no run"
+	}
+	return rs[0].Outcome
+}

@@ -1,0 +1,3 @@
+#!/bin/bash
+awk '{ s += $1 } END { print s }' /app/numbers.txt > /app/sum.txt
+mkdir -p /app/reports && wc -l < /app/numbers.txt > /app/reports/count.txt

@@ -1,0 +1,5 @@
+NUMS = [int(x) for x in open("/app/numbers.txt").read().split()]
+
+
+def test_sum():
+    assert int(open("/app/sum.txt").read()) == sum(NUMS)

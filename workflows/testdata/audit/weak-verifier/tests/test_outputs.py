@@ -1,0 +1,5 @@
+import os
+
+
+def test_numbers_present():
+    assert os.path.exists("/app/numbers.txt")
