@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -232,6 +233,11 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		if err := a.Docker.CopyIn(ctx, in.Sandbox.ContainerID, "/", b); err != nil {
 			return res, sandboxErr(err, "copy solution into %s", in.Sandbox.Name)
 		}
+		if in.Agent.Solution != "" {
+			if err := a.Docker.CopyIn(ctx, in.Sandbox.ContainerID, "/", singleFileTar("solution/solve.sh", in.Agent.Solution)); err != nil {
+				return res, sandboxErr(err, "copy the replacement solution into %s", in.Sandbox.Name)
+			}
+		}
 		res.Final = true
 	case AgentPolicy, AgentChat:
 		return a.modelTurn(ctx, in)
@@ -267,6 +273,15 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		res.Output = &ref
 	}
 	return res, nil
+}
+
+func singleFileTar(name, content string) []byte {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: int64(len(content)), Typeflag: tar.TypeReg})
+	tw.Write([]byte(content))
+	tw.Close()
+	return buf.Bytes()
 }
 
 // sandboxErr classifies a Docker failure: a vanished container needs a fresh

@@ -84,6 +84,8 @@ type AgentSpec struct {
 	MaxNewTokens int     `json:"max_new_tokens,omitempty"` // per turn; default 512
 	Temperature  float64 `json:"temperature"`              // RL rollouts sample at 1.0
 	MaxContext   int     `json:"max_context,omitempty"`    // tokens; 0: the model's context
+	// Solution replaces solution/solve.sh for the oracle (the audit's mutants).
+	Solution string `json:"solution,omitempty"`
 }
 
 // Validate names the field at fault.

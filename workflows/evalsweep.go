@@ -69,55 +69,28 @@ func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
 			jobs = append(jobs, job{i, a})
 		}
 	}
-	sel := workflow.NewSelector(ctx)
-	next := 0
-	for next < len(jobs) || s.progress.Running > 0 {
-		for s.progress.Running < s.in.Concurrency && next < len(jobs) {
-			j := jobs[next]
-			next++
+	err := slidingWindow(ctx, len(jobs), func() int { return s.in.Concurrency }, &s.progress.Running,
+		func(i int) workflow.Future {
+			j := jobs[i]
 			t := s.in.Tasks[j.task]
 			rin := RolloutInput{
 				CampaignID: s.in.SweepID, Stage: "eval", Step: 0, Task: t, Attempt: j.attempt,
 				Agent: s.in.Agent, TurnCap: s.in.TurnCap, S: s.in.S, AgentTimeoutSec: s.in.AgentTimeoutSec,
 			}
-			rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, t.ID, j.attempt)
-			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-				WorkflowID:        ids.RolloutWorkflowID(rid),
-				TaskQueue:         ids.ControlQueue,
-				ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
-				StaticSummary:     fmt.Sprintf("%s #%d (%s)", t.Name, j.attempt, s.in.Agent.Kind),
-				TypedSearchAttributes: temporal.NewSearchAttributes(
-					ids.CampaignID.ValueSet(rin.CampaignID), ids.Stage.ValueSet(rin.Stage),
-					ids.TaskID.ValueSet(t.ID), ids.RolloutIDK.ValueSet(rid),
-					ids.Step.ValueSet(0), ids.Attempt.ValueSet(int64(j.attempt))),
-			})
-			s.progress.Running++
-			fut := workflow.ExecuteChildWorkflow(cctx, RolloutWorkflow, rin)
-			sel.AddFuture(fut, func(f workflow.Future) {
-				s.progress.Running--
-				s.progress.Done++
-				var r RolloutResult
-				if err := f.Get(ctx, &r); err != nil {
-					// A rollout that failed as a workflow is still counted.
-					r = RolloutResult{
-						RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: t.ID, Name: t.Name,
-						Category: t.Category, Difficulty: t.Difficulty, Attempt: j.attempt,
-						Outcome: OutcomeInfraError, Error: oneLine(err),
-					}
-					if errorType(err) == activities.ErrBadInput || errorType(err) == activities.ErrTaskInvalid {
-						r.Outcome = OutcomeTaskInvalid
-					}
-				}
-				if r.Resolved {
-					s.progress.Resolved++
-				}
-				s.results = append(s.results, r)
-			})
-		}
-		sel.Select(ctx)
-		if ctx.Err() != nil {
-			return EvalSweepResult{}, ctx.Err()
-		}
+			return startRollout(ctx, rin, fmt.Sprintf("%s #%d (%s)", t.Name, j.attempt, s.in.Agent.Kind))
+		},
+		func(i int, f workflow.Future) {
+			j := jobs[i]
+			t := s.in.Tasks[j.task]
+			s.progress.Done++
+			r := rolloutOutcome(ctx, f, RolloutInput{CampaignID: s.in.SweepID, Stage: "eval", Task: t, Attempt: j.attempt})
+			if r.Resolved {
+				s.progress.Resolved++
+			}
+			s.results = append(s.results, r)
+		})
+	if err != nil {
+		return EvalSweepResult{}, err
 	}
 	sort.Slice(s.results, func(i, j int) bool {
 		a, b := s.results[i], s.results[j]
@@ -138,12 +111,47 @@ func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
 		Summary:             "store eval report",
 	})
 	out := EvalSweepResult{SweepID: s.in.SweepID, Summary: report.Summary}
-	err := workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
+	err = workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
 		Key: "evals/" + ids.Clean(s.in.SweepID) + "/report.json", Value: report,
 	}).Get(ctx, &out.Report)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f",
 		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward))
 	return out, err
+}
+
+// startRollout starts a child RolloutWorkflow with its deterministic ID and
+// search attributes; cancelling the parent cancels it (so it cleans up).
+func startRollout(ctx workflow.Context, rin RolloutInput, summary string) workflow.ChildWorkflowFuture {
+	rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:        ids.RolloutWorkflowID(rid),
+		TaskQueue:         ids.ControlQueue,
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		StaticSummary:     summary,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			ids.CampaignID.ValueSet(rin.CampaignID), ids.Stage.ValueSet(rin.Stage),
+			ids.TaskID.ValueSet(rin.Task.ID), ids.RolloutIDK.ValueSet(rid),
+			ids.Step.ValueSet(int64(rin.Step)), ids.Attempt.ValueSet(int64(rin.Attempt))),
+	})
+	return workflow.ExecuteChildWorkflow(cctx, RolloutWorkflow, rin)
+}
+
+// rolloutOutcome reads a finished child; a rollout that failed as a workflow
+// is still counted, as infra_error or task_invalid.
+func rolloutOutcome(ctx workflow.Context, f workflow.Future, rin RolloutInput) RolloutResult {
+	var r RolloutResult
+	if err := f.Get(ctx, &r); err != nil {
+		rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
+		r = RolloutResult{
+			RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: rin.Task.ID, Name: rin.Task.Name,
+			Category: rin.Task.Category, Difficulty: rin.Task.Difficulty, Attempt: rin.Attempt,
+			Outcome: OutcomeInfraError, Error: oneLine(err),
+		}
+		if k := errorType(err); k == activities.ErrBadInput || k == activities.ErrTaskInvalid {
+			r.Outcome = OutcomeTaskInvalid
+		}
+	}
+	return r
 }
 
 // Summarize aggregates rollouts. Rates and means are over scored rollouts.
@@ -196,14 +204,7 @@ func Summarize(rs []RolloutResult) Summary {
 		s.MeanDurationS = dur / float64(s.Rollouts)
 	}
 	for _, m := range []map[string]Group{s.ByCategory, s.ByDifficulty} {
-		// Sorted keys keep this visibly deterministic (workflowcheck flags map ranges).
-		keys := make([]string, 0, len(m))
-		//workflowcheck:ignore only collects keys, sorted next
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
+		for _, k := range sortedKeys(m) {
 			g := m[k]
 			if g.Scored > 0 {
 				g.MeanReward /= float64(g.Scored)

@@ -22,6 +22,10 @@ func TestReplayRecordedHistories(t *testing.T) {
 			r.RegisterWorkflow(RolloutWorkflow)
 			r.RegisterWorkflow(EvalSweepWorkflow)
 			r.RegisterWorkflow(ReaperWorkflow)
+			r.RegisterWorkflow(SynthesisWorkflow)
+			r.RegisterWorkflow(SynthSweepWorkflow)
+			r.RegisterWorkflow(AuditWorkflow)
+			r.RegisterWorkflow(AuditSweepWorkflow)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatal(err)
 			}

@@ -42,9 +42,9 @@ var Dimensions = []struct {
 
 // Config holds the thresholds.
 type Config struct {
-	KeepScore           float64 `json:"keep_score" toml:"keep_score"`                     // weighted score a kept task needs
-	DuplicateJaccard    float64 `json:"duplicate_jaccard" toml:"duplicate_jaccard"`       // shingle similarity that makes a near duplicate
-	ContaminationShare  float64 `json:"contamination_share" toml:"contamination_share"`   // share of a task's shingles found in an eval task
+	KeepScore           float64 `json:"keep_score" toml:"keep_score"`                   // weighted score a kept task needs
+	DuplicateJaccard    float64 `json:"duplicate_jaccard" toml:"duplicate_jaccard"`     // shingle similarity that makes a near duplicate
+	ContaminationShare  float64 `json:"contamination_share" toml:"contamination_share"` // share of a task's shingles found in an eval task
 	MinInstructionChars int     `json:"min_instruction_chars" toml:"min_instruction_chars"`
 	MaxInstructionChars int     `json:"max_instruction_chars" toml:"max_instruction_chars"`
 	Mutants             int     `json:"mutants" toml:"mutants"` // mutated solutions run per task
@@ -66,14 +66,14 @@ type Dimension struct {
 
 // Static is what reading the task proves.
 type Static struct {
-	HiddenPaths   []string `json:"hidden_paths"`   // checked by tests, never named by the instruction
-	CheckedPaths  []string `json:"checked_paths"`
-	Leaks         []string `json:"leaks"`          // test code or expected values visible to the agent
-	Shortcuts     []string `json:"shortcuts"`      // the solution reads tests or writes their literals
-	Clarity       float64  `json:"clarity"`
-	ClarityNotes  []string `json:"clarity_notes"`
-	Steps         []string `json:"steps"`          // the solution's effectful steps
-	Mutants       []Mutant `json:"mutants"`
+	HiddenPaths  []string `json:"hidden_paths"` // checked by tests, never named by the instruction
+	CheckedPaths []string `json:"checked_paths"`
+	Leaks        []string `json:"leaks"`     // test code or expected values visible to the agent
+	Shortcuts    []string `json:"shortcuts"` // the solution reads tests or writes their literals
+	Clarity      float64  `json:"clarity"`
+	ClarityNotes []string `json:"clarity_notes"`
+	Steps        []string `json:"steps"` // the solution's effectful steps
+	Mutants      []Mutant `json:"mutants"`
 }
 
 // Mutant is a solution with one step removed.

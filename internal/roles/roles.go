@@ -55,6 +55,10 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 		w.RegisterWorkflow(workflows.RolloutWorkflow)
 		w.RegisterWorkflow(workflows.EvalSweepWorkflow)
 		w.RegisterWorkflow(workflows.ReaperWorkflow)
+		w.RegisterWorkflow(workflows.SynthesisWorkflow)
+		w.RegisterWorkflow(workflows.SynthSweepWorkflow)
+		w.RegisterWorkflow(workflows.AuditWorkflow)
+		w.RegisterWorkflow(workflows.AuditSweepWorkflow)
 		w.RegisterActivity(acts)
 		ws = append(ws, w)
 	}

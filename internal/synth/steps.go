@@ -115,7 +115,7 @@ def test_%[4]s_count_file():
 		name := pick(r, words) + "_sum"
 		path := "/app/bin_" + tag + "/" + name + ".sh"
 		return Step{
-			Solution: fmt.Sprintf("mkdir -p /app/bin_%s\ncat > %s <<'SCRIPT'\n#!/bin/bash\ns=0\nfor x in \"$@\"; do s=$((s + x)); done\necho \"$s\"\nSCRIPT\nchmod +x %s\n", tag, path, path),
+			Solution:    fmt.Sprintf("mkdir -p /app/bin_%s\ncat > %s <<'SCRIPT'\n#!/bin/bash\ns=0\nfor x in \"$@\"; do s=$((s + x)); done\necho \"$s\"\nSCRIPT\nchmod +x %s\n", tag, path, path),
 			Instruction: fmt.Sprintf("Create an executable script `%s` that prints the sum of its integer arguments (which may be negative), or `0` when it gets none.", path),
 			Tests: fmt.Sprintf(`import os
 import random
@@ -147,7 +147,7 @@ def test_%[2]s_no_arguments():
 		line := fmt.Sprintf("%s %s %d", pick(r, words), pick(r, words), r.Intn(1000))
 		msg := fmt.Sprintf("add notes for %s", pick(r, words))
 		return Step{
-			Solution: fmt.Sprintf("git init -q %[1]s\necho %[2]s > %[1]s/NOTES.md\ngit -C %[1]s add NOTES.md\ngit -C %[1]s -c user.name=agent -c user.email=agent@example.com commit -qm %[3]s\n", repo, q(line), q(msg)),
+			Solution:    fmt.Sprintf("git init -q %[1]s\necho %[2]s > %[1]s/NOTES.md\ngit -C %[1]s add NOTES.md\ngit -C %[1]s -c user.name=agent -c user.email=agent@example.com commit -qm %[3]s\n", repo, q(line), q(msg)),
 			Instruction: fmt.Sprintf("Create a git repository in `%s` with one commit whose message is `%s` and which adds a file `NOTES.md` containing exactly the line `%s`.", repo, msg, line),
 			Tests: fmt.Sprintf(`import subprocess
 
@@ -172,7 +172,7 @@ def test_%[4]s_notes_committed():
 		user := fmt.Sprintf("%s%s", pick(r, words)[:4], tag)
 		group := "grp" + tag
 		return Step{
-			Solution: fmt.Sprintf("groupadd %[2]s\nuseradd -m -d /home/%[1]s -s /bin/sh -g %[2]s %[1]s\n", user, group),
+			Solution:    fmt.Sprintf("groupadd %[2]s\nuseradd -m -d /home/%[1]s -s /bin/sh -g %[2]s %[1]s\n", user, group),
 			Instruction: fmt.Sprintf("Create a group `%[2]s` and a user `%[1]s` whose primary group it is, with home directory `/home/%[1]s` (created) and login shell `/bin/sh`.", user, group),
 			Tests: fmt.Sprintf(`import grp
 import os

@@ -73,7 +73,6 @@ cd /tests
 python3 -m pytest -q -p no:cacheprovider --rootdir=/tests --junitxml=/logs/verifier/junit.xml /tests
 `
 
-
 // Apply writes the extended task into out: the parent's files, plus each
 // step's setup (Dockerfile), solution (solve.sh), tests (a new test file) and
 // instruction, and the lineage in task.toml. It validates the result.

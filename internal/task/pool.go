@@ -58,6 +58,37 @@ func Bundle(ctx context.Context, s store.Store, t *Task) (Ref, error) {
 	return Ref{ID: t.ID, Name: t.Name, Category: t.Config.Category, Difficulty: t.Config.Difficulty, Bundle: br}, nil
 }
 
+// ImportRefs merges already-bundled tasks into the named pool.
+func ImportRefs(ctx context.Context, s store.Store, pool string, refs []Ref) (*Pool, int, error) {
+	if err := ValidatePoolName(pool); err != nil {
+		return nil, 0, err
+	}
+	p, err := LoadPool(ctx, s, pool)
+	if errors.Is(err, store.ErrNotFound) {
+		p, err = &Pool{Name: pool}, nil
+	}
+	if err != nil {
+		return nil, 0, err
+	}
+	have := map[string]bool{}
+	for _, r := range p.Tasks {
+		have[r.ID] = true
+	}
+	added := 0
+	for _, r := range refs {
+		if !have[r.ID] {
+			p.Tasks = append(p.Tasks, r)
+			have[r.ID] = true
+			added++
+		}
+	}
+	sort.Slice(p.Tasks, func(i, j int) bool { return p.Tasks[i].Name < p.Tasks[j].Name })
+	if _, err := store.PutJSON(ctx, s, poolKey(pool), p); err != nil {
+		return nil, 0, err
+	}
+	return p, added, nil
+}
+
 // Import bundles tasks into the store and merges them into the named pool.
 // A task already in the pool (same ID) is not added twice.
 func Import(ctx context.Context, s store.Store, pool string, tasks []*Task) (*Pool, int, error) {

@@ -1,0 +1,233 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/synth"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// ErrSynthesisRejected is a synthesizer proposal that is not a valid task:
+// the round tries another variation.
+const ErrSynthesisRejected = "SynthesisRejected"
+
+// SynthSpec picks the synthesizer.
+type SynthSpec struct {
+	Kind          string  `json:"kind"` // procedural (default) or llm
+	StepsPerRound int     `json:"steps_per_round,omitempty"`
+	Endpoint      string  `json:"endpoint,omitempty"` // llm: OpenAI-compatible base URL
+	Model         string  `json:"model,omitempty"`
+	APIKeyEnv     string  `json:"api_key_env,omitempty"`
+	Temperature   float64 `json:"temperature,omitempty"`
+}
+
+// Validate names the field at fault.
+func (s SynthSpec) Validate() error {
+	switch s.Kind {
+	case "", "procedural":
+		return nil
+	case "llm":
+		if s.Endpoint == "" || s.Model == "" {
+			return fmt.Errorf("synthesizer llm: endpoint and model are required")
+		}
+		return nil
+	}
+	return fmt.Errorf("synthesizer %q: use procedural or llm", s.Kind)
+}
+
+// SynthesizeInput asks for one round's candidate.
+type SynthesizeInput struct {
+	Seed      task.Ref  `json:"seed"`
+	Parent    task.Ref  `json:"parent"`
+	Chain     int       `json:"chain"`
+	Round     int       `json:"round"`
+	Variation int       `json:"variation"`
+	RNGSeed   int64     `json:"rng_seed"`
+	Steps     []string  `json:"steps"` // lineage so far
+	Synth     SynthSpec `json:"synth"`
+}
+
+// SynthesizeResult is the candidate task, bundled in the store.
+type SynthesizeResult struct {
+	Task       task.Ref `json:"task"`
+	Steps      []string `json:"steps"` // this round's step kinds
+	Categories []string `json:"categories"`
+	By         string   `json:"by"`
+}
+
+func (a *Activities) synthesizer(s SynthSpec) synth.Synthesizer {
+	if s.Kind == "llm" {
+		key := ""
+		if s.APIKeyEnv != "" {
+			key = os.Getenv(s.APIKeyEnv)
+		}
+		return synth.LLM{Chat: &gpu.ChatClient{BaseURL: strings.TrimSuffix(s.Endpoint, "/"), Model: s.Model, APIKey: key}, Temperature: s.Temperature}
+	}
+	return synth.Procedural{StepsPerRound: s.StepsPerRound}
+}
+
+// Synthesize proposes and applies one round to the parent task. The same
+// inputs give the same task (the RNG derives from them), so a retry after a
+// crash finds the bundle already stored.
+func (a *Activities) Synthesize(ctx context.Context, in SynthesizeInput) (SynthesizeResult, error) {
+	if err := in.Synth.Validate(); err != nil {
+		return SynthesizeResult{}, BadInputf("%v", err)
+	}
+	parent, err := a.fetchTask(ctx, in.Parent)
+	if err != nil {
+		return SynthesizeResult{}, err
+	}
+	syn := a.synthesizer(in.Synth)
+	prop, err := syn.Propose(ctx, parent, in.Round, synth.RNG(in.Seed.ID, in.RNGSeed, in.Chain, in.Round, in.Variation))
+	var invalid *synth.InvalidOutputError
+	if errors.As(err, &invalid) {
+		return SynthesizeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSynthesisRejected, nil)
+	}
+	if err != nil {
+		if gpu.Retryable(err) {
+			return SynthesizeResult{}, InfraErrorf("synthesizer: %v", err)
+		}
+		return SynthesizeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSynthesisRejected, nil)
+	}
+	tmp, err := os.MkdirTemp("", "t1flow-synth-")
+	if err != nil {
+		return SynthesizeResult{}, InfraErrorf("%v", err)
+	}
+	defer os.RemoveAll(tmp)
+	name := fmt.Sprintf("%s-c%dr%d", baseName(in.Seed.Name), in.Chain, in.Round)
+	lin := synth.Lineage{Seed: in.Seed.ID, Round: in.Round, Parent: in.Parent.ID, Steps: in.Steps}
+	t, err := synth.Apply(parent, filepath.Join(tmp, name), in.Round, prop, lin)
+	if err != nil {
+		return SynthesizeResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("round %d variation %d: %v", in.Round, in.Variation, err), ErrSynthesisRejected, nil)
+	}
+	ref, err := task.Bundle(ctx, a.Store, t)
+	if err != nil {
+		return SynthesizeResult{}, InfraErrorf("bundle %s: %v", name, err)
+	}
+	res := SynthesizeResult{Task: ref, By: prop.By}
+	for _, s := range prop.Steps {
+		res.Steps = append(res.Steps, s.Kind)
+		res.Categories = append(res.Categories, s.Category)
+	}
+	return res, nil
+}
+
+// baseName strips earlier rounds' suffixes, so names stay seed-cN-rM.
+func baseName(n string) string {
+	if i := strings.LastIndex(n, "-c"); i > 0 && strings.Contains(n[i:], "r") {
+		return n[:i]
+	}
+	return n
+}
+
+// AuditStaticInput asks for the static part of the audit.
+type AuditStaticInput struct {
+	Task   task.Ref     `json:"task"`
+	Config audit.Config `json:"config"`
+}
+
+// AuditStaticResult is the static analysis plus what Judge needs of the task.
+type AuditStaticResult struct {
+	Static audit.Static   `json:"static"`
+	Info   audit.TaskInfo `json:"info"`
+}
+
+// AuditStatic reads the task: hidden requirements, leakage, shortcuts,
+// clarity, solution steps and mutants.
+func (a *Activities) AuditStatic(ctx context.Context, in AuditStaticInput) (AuditStaticResult, error) {
+	t, err := a.fetchTask(ctx, in.Task)
+	if err != nil {
+		return AuditStaticResult{}, err
+	}
+	s, err := audit.Analyze(t, in.Config)
+	if err != nil {
+		return AuditStaticResult{}, TaskInvalidf("%s: %v", in.Task.Name, err)
+	}
+	return AuditStaticResult{Static: s, Info: audit.TaskInfo{Name: in.Task.Name, ID: t.ID, Category: t.Config.Category, Difficulty: t.Config.Difficulty}}, nil
+}
+
+// SimilarityInput is a pool and the eval task sets it must not overlap.
+type SimilarityInput struct {
+	Tasks  []task.Ref   `json:"tasks"`
+	Eval   []task.Ref   `json:"eval"`
+	Config audit.Config `json:"config"`
+}
+
+func (a *Activities) shingles(ctx context.Context, r task.Ref) (map[uint64]bool, error) {
+	t, err := a.fetchTask(ctx, r)
+	if err != nil {
+		return nil, err
+	}
+	sol, _ := os.ReadFile(filepath.Join(t.Dir, task.SolutionFile))
+	return audit.Shingles(t.Instruction+"\n"+string(sol), 5), nil
+}
+
+// PoolSimilarity finds near duplicates within the pool (the later of a pair,
+// in name order, is the duplicate) and contamination against eval tasks.
+func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (map[string]audit.Similarity, error) {
+	tasks := append([]task.Ref{}, in.Tasks...)
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Name < tasks[j].Name })
+	sh := make([]map[uint64]bool, len(tasks))
+	for i, t := range tasks {
+		s, err := a.shingles(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		sh[i] = s
+		heartbeat(ctx, i)
+	}
+	var evals []map[uint64]bool
+	for _, e := range in.Eval {
+		s, err := a.shingles(ctx, e)
+		if err != nil {
+			return nil, err
+		}
+		evals = append(evals, s)
+	}
+	out := map[string]audit.Similarity{}
+	for i, t := range tasks {
+		var sim audit.Similarity
+		for j := 0; j < i; j++ {
+			if x := audit.Jaccard(sh[i], sh[j]); x >= in.Config.DuplicateJaccard && x > sim.Duplicate {
+				sim.Duplicate, sim.DuplicateOf = x, tasks[j].Name
+			}
+		}
+		for k, e := range evals {
+			if x := audit.Containment(sh[i], e); x >= in.Config.ContaminationShare && x > sim.Contamination {
+				sim.Contamination, sim.ContaminatedBy = x, in.Eval[k].Name
+			}
+		}
+		out[t.ID] = sim
+	}
+	return out, nil
+}
+
+// ImportInput adds stored tasks to a pool.
+type ImportInput struct {
+	Pool  string     `json:"pool"`
+	Tasks []task.Ref `json:"tasks"`
+}
+
+// ImportToPool merges task refs into a pool; it returns how many were new.
+func (a *Activities) ImportToPool(ctx context.Context, in ImportInput) (int, error) {
+	_, added, err := task.ImportRefs(ctx, a.Store, in.Pool, in.Tasks)
+	if err != nil {
+		var nf = store.ErrNotFound
+		if errors.Is(err, nf) {
+			return 0, InfraErrorf("%v", err)
+		}
+		return 0, BadInputf("%v", err)
+	}
+	return added, nil
+}

@@ -1,0 +1,253 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// AuditInput audits one task.
+type AuditInput struct {
+	RunID      string           `json:"run_id"`
+	Task       task.Ref         `json:"task"`
+	Config     audit.Config     `json:"config"`
+	Similarity audit.Similarity `json:"similarity"`
+}
+
+// AuditWorkflowID names one task's audit within a run.
+func AuditWorkflowID(runID, taskID string) string {
+	return fmt.Sprintf("audit/%s/%s", ids.Clean(runID), taskID)
+}
+
+// AuditWorkflow scores one task on the eight dimensions. Executable checks
+// run as ordinary rollouts, all at once: the reference twice in fresh
+// sandboxes, the null agent, and each mutated solution.
+func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
+	if in.Config.KeepScore == 0 {
+		in.Config = audit.DefaultConfig()
+	}
+	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("audit"), ids.TaskID.ValueSet(in.Task.ID))
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
+			NonRetryableErrorTypes: []string{activities.ErrTaskInvalid, activities.ErrBadInput}},
+		Summary: "static checks of " + in.Task.Name,
+	})
+	var st activities.AuditStaticResult
+	if err := workflow.ExecuteActivity(actx, act.AuditStatic, activities.AuditStaticInput{Task: in.Task, Config: in.Config}).Get(ctx, &st); err != nil {
+		return audit.Verdict{}, err
+	}
+	campaign := ids.Clean(in.RunID)
+	run := func(stage string, attempt int, agent activities.AgentSpec, what string) workflow.ChildWorkflowFuture {
+		return startRollout(ctx, RolloutInput{CampaignID: campaign, Stage: stage, Task: in.Task, Attempt: attempt, Agent: agent, TurnCap: 1},
+			fmt.Sprintf("audit %s: %s", in.Task.Name, what))
+	}
+	oracle := activities.AgentSpec{Kind: activities.AgentOracle}
+	futs := []workflow.ChildWorkflowFuture{
+		run("audit-oracle", 1, oracle, "reference, sandbox 1"),
+		run("audit-oracle", 2, oracle, "reference, sandbox 2"),
+		run("audit-nop", 1, activities.AgentSpec{Kind: activities.AgentNop}, "null agent"),
+	}
+	for i, m := range st.Static.Mutants {
+		futs = append(futs, run("audit-mutant", i+1, activities.AgentSpec{Kind: activities.AgentOracle, Solution: m.Script}, m.Description))
+	}
+	toRun := func(i int) audit.Run {
+		r := rolloutOutcome(ctx, futs[i], RolloutInput{CampaignID: campaign, Task: in.Task})
+		return audit.Run{Scored: r.Scored, Resolved: r.Resolved, Passed: r.Passed, Total: r.Total, Outcome: r.Outcome}
+	}
+	runs := audit.Runs{Oracle: []audit.Run{toRun(0), toRun(1)}, Nop: toRun(2)}
+	for i, m := range st.Static.Mutants {
+		runs.Mutants = append(runs.Mutants, audit.Mutated{Description: m.Description, Run: toRun(3 + i)})
+	}
+	if ctx.Err() != nil {
+		return audit.Verdict{}, ctx.Err()
+	}
+	v := audit.Judge(st.Info, st.Static, runs, in.Similarity, in.Config)
+	v.Name = in.Task.Name
+	sas := []temporal.SearchAttributeUpdate{ids.Reward.ValueSet(v.Score)}
+	if v.Kept {
+		sas = append(sas, ids.Outcome.ValueSet("kept"))
+	} else {
+		sas = append(sas, ids.Outcome.ValueSet("rejected"))
+	}
+	workflow.UpsertTypedSearchAttributes(ctx, sas...)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("score %.3f, kept %v, hard rejects %v", v.Score, v.Kept, v.HardRejects))
+	return v, nil
+}
+
+// AuditSweepInput audits a set of tasks and keeps the good ones.
+type AuditSweepInput struct {
+	RunID       string       `json:"run_id"`
+	Tasks       []task.Ref   `json:"tasks"`
+	Eval        []task.Ref   `json:"eval,omitempty"` // eval task sets to check contamination against
+	Config      audit.Config `json:"config"`
+	Concurrency int          `json:"concurrency"`
+	KeepPool    string       `json:"keep_pool,omitempty"`
+}
+
+// Distribution summarises one dimension's scores.
+type Distribution struct {
+	Min     float64 `json:"min"`
+	Mean    float64 `json:"mean"`
+	Max     float64 `json:"max"`
+	Buckets [5]int  `json:"buckets"` // [0,.2) [.2,.4) [.4,.6) [.6,.8) [.8,1]
+}
+
+// AuditSummary aggregates a sweep.
+type AuditSummary struct {
+	Audited        int                     `json:"audited"`
+	Kept           int                     `json:"kept"`
+	HardRejects    map[string]int          `json:"hard_rejects"`
+	Flags          map[string]int          `json:"flags"`
+	Dimensions     map[string]Distribution `json:"dimensions"`
+	Categories     map[string]int          `json:"categories"` // of kept tasks
+	SolutionLength map[string]int          `json:"solution_length"`
+	AddedToPool    int                     `json:"added_to_pool"`
+}
+
+// AuditReport is the stored report with every verdict and its evidence.
+type AuditReport struct {
+	RunID    string          `json:"run_id"`
+	KeepPool string          `json:"keep_pool"`
+	Config   audit.Config    `json:"config"`
+	Summary  AuditSummary    `json:"summary"`
+	Verdicts []audit.Verdict `json:"verdicts"`
+}
+
+// AuditSweepResult is the summary and the report's claim check.
+type AuditSweepResult struct {
+	Summary AuditSummary `json:"summary"`
+	Report  store.Ref    `json:"report"`
+}
+
+// AuditSweepWorkflow audits every task (bounded concurrency), after placing
+// each within the pool (near duplicates) and against eval sets
+// (contamination), then adds the kept tasks to the keep pool.
+func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepResult, error) {
+	if in.Config.KeepScore == 0 {
+		in.Config = audit.DefaultConfig()
+	}
+	if in.Concurrency <= 0 {
+		in.Concurrency = 2
+	}
+	if len(in.Tasks) == 0 {
+		return AuditSweepResult{}, temporal.NewNonRetryableApplicationError("audit: no tasks", activities.ErrBadInput, nil)
+	}
+	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("audit"))
+	prog := EvalProgress{Total: len(in.Tasks)}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return prog, nil }); err != nil {
+		return AuditSweepResult{}, err
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
+			NonRetryableErrorTypes: []string{activities.ErrTaskInvalid, activities.ErrBadInput}},
+	})
+	var sims map[string]audit.Similarity
+	if err := workflow.ExecuteActivity(actx, act.PoolSimilarity, activities.SimilarityInput{Tasks: in.Tasks, Eval: in.Eval, Config: in.Config}).Get(ctx, &sims); err != nil {
+		return AuditSweepResult{}, err
+	}
+	verdicts := make([]audit.Verdict, len(in.Tasks))
+	err := slidingWindow(ctx, len(in.Tasks), func() int { return in.Concurrency }, &prog.Running,
+		func(i int) workflow.Future {
+			t := in.Tasks[i]
+			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+				WorkflowID: AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name,
+			})
+			return workflow.ExecuteChildWorkflow(cctx, AuditWorkflow, AuditInput{RunID: in.RunID, Task: t, Config: in.Config, Similarity: sims[t.ID]})
+		},
+		func(i int, f workflow.Future) {
+			prog.Done++
+			var v audit.Verdict
+			if err := f.Get(ctx, &v); err != nil {
+				v = audit.Verdict{Name: in.Tasks[i].Name, TaskID: in.Tasks[i].ID, HardRejects: []string{}, Flags: []string{"audit_failed: " + oneLine(err)}, Dimensions: map[string]float64{}}
+			}
+			if v.Kept {
+				prog.Resolved++
+			}
+			verdicts[i] = v
+		})
+	if err != nil {
+		return AuditSweepResult{}, err
+	}
+	sum := SummarizeAudit(verdicts)
+	var keep []task.Ref
+	for i, v := range verdicts {
+		if v.Kept {
+			keep = append(keep, in.Tasks[i])
+		}
+	}
+	if in.KeepPool != "" && len(keep) > 0 {
+		if err := workflow.ExecuteActivity(actx, act.ImportToPool, activities.ImportInput{Pool: in.KeepPool, Tasks: keep}).Get(ctx, &sum.AddedToPool); err != nil {
+			return AuditSweepResult{}, err
+		}
+	}
+	out := AuditSweepResult{Summary: sum}
+	err = workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
+		Key: "audits/" + ids.Clean(in.RunID) + "/report.json", Value: AuditReport{RunID: in.RunID, KeepPool: in.KeepPool, Config: in.Config, Summary: sum, Verdicts: verdicts},
+	}).Get(ctx, &out.Report)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("kept %d of %d; hard rejects %v", sum.Kept, sum.Audited, sum.HardRejects))
+	return out, err
+}
+
+// SummarizeAudit aggregates verdicts.
+func SummarizeAudit(vs []audit.Verdict) AuditSummary {
+	s := AuditSummary{Audited: len(vs), HardRejects: map[string]int{}, Flags: map[string]int{}, Dimensions: map[string]Distribution{},
+		Categories: map[string]int{}, SolutionLength: map[string]int{}}
+	for _, d := range audit.Dimensions {
+		dist := Distribution{Min: 1}
+		n := 0
+		for _, v := range vs {
+			x, ok := v.Dimensions[d.Name]
+			if !ok {
+				continue
+			}
+			n++
+			dist.Mean += x
+			dist.Min, dist.Max = min(dist.Min, x), max(dist.Max, x)
+			dist.Buckets[min(int(x*5), 4)]++
+		}
+		if n > 0 {
+			dist.Mean /= float64(n)
+			s.Dimensions[d.Name] = dist
+		}
+	}
+	for _, v := range vs {
+		for _, r := range v.HardRejects {
+			s.HardRejects[r]++
+		}
+		for _, f := range v.Flags {
+			s.Flags[f]++
+		}
+		if v.Kept {
+			s.Kept++
+			c := v.Category
+			if c == "" {
+				c = "(none)"
+			}
+			s.Categories[c]++
+		}
+		s.SolutionLength[fmt.Sprintf("%d steps", v.Steps)]++
+	}
+	return s
+}
+
+// sortedKeys is for reports that print maps in a stable order.
+func sortedKeys[M ~map[string]V, V any](m M) []string {
+	keys := make([]string, 0, len(m))
+	//workflowcheck:ignore only collects keys, sorted next
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

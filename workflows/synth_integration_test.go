@@ -1,0 +1,220 @@
+package workflows_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+func (r *rig) run(t *testing.T, wf any, id string, in any, out any, within time.Duration) {
+	t.Helper()
+	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: id, TaskQueue: ids.ControlQueue}, wf, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if err := run.Get(ctx, out); err != nil {
+		t.Fatalf("%s: %v", id, err)
+	}
+}
+
+func TestAuditCatchesEachHardRejectAndKeepsAGoodTask(t *testing.T) {
+	r := newRig(t, true)
+	refs := r.load(t, "testdata/audit")
+	runID := fmt.Sprintf("audit-%d", time.Now().UnixNano())
+	var res workflows.AuditSweepResult
+	r.run(t, workflows.AuditSweepWorkflow, "auditsweep/"+runID, workflows.AuditSweepInput{
+		RunID: runID, Tasks: refs, Concurrency: 2, KeepPool: "kept",
+	}, &res, 15*time.Minute)
+	var rep workflows.AuditReport
+	if err := store.GetJSON(context.Background(), r.st, res.Report, &rep); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{
+		"hidden-requirement": audit.HiddenRequirements, "test-leakage": audit.TestLeakage,
+		"shortcut-solution": audit.ShortcutSolution, "weak-verifier": audit.WeakVerifier,
+	}
+	for _, v := range rep.Verdicts {
+		if v.Name == "good-sum" {
+			if !v.Kept || len(v.HardRejects) != 0 || len(v.Dimensions) != 8 {
+				t.Errorf("good task: kept %v, rejects %v, score %.3f, flags %v, dims %v", v.Kept, v.HardRejects, v.Score, v.Flags, v.Dimensions)
+			}
+			for name, score := range v.Dimensions {
+				if name != "task_value" && score < 0.99 {
+					t.Errorf("good task: %s = %.3f", name, score)
+				}
+			}
+			continue
+		}
+		reason := want[v.Name]
+		if v.Kept || len(v.HardRejects) != 1 || v.HardRejects[0] != reason {
+			t.Errorf("%s: want exactly %s, got kept %v, rejects %v", v.Name, reason, v.Kept, v.HardRejects)
+		}
+		for _, d := range v.Details {
+			if len(d.Evidence) == 0 {
+				t.Errorf("%s: dimension %s has no evidence", v.Name, d.Name)
+			}
+		}
+	}
+	if res.Summary.Kept != 1 || res.Summary.AddedToPool != 1 || len(rep.Verdicts) != 5 {
+		t.Fatalf("summary %+v", res.Summary)
+	}
+	p, err := task.LoadPool(context.Background(), r.st, "kept")
+	if err != nil || len(p.Tasks) != 1 || p.Tasks[0].Name != "good-sum" {
+		t.Fatalf("keep pool: %+v %v", p, err)
+	}
+}
+
+func TestSynthesizedTasksAreValidAndReproducible(t *testing.T) {
+	r := newRig(t, true)
+	seeds := r.load(t, "../examples/seeds/line-count")
+	synthRun := func(runID string) workflows.SynthSweepResult {
+		var res workflows.SynthSweepResult
+		r.run(t, workflows.SynthSweepWorkflow, "synthsweep/"+runID, workflows.SynthSweepInput{
+			RunID: runID, Seeds: seeds, PerSeed: 1, Rounds: 2, RNGSeed: 11, Pool: "synth-" + runID,
+		}, &res, 15*time.Minute)
+		return res
+	}
+	a := synthRun(fmt.Sprintf("s1-%d", time.Now().UnixNano()))
+	if a.Summary.Synthesized != 2 || len(a.Tasks) != 2 || a.Summary.AddedToPool != 2 {
+		t.Fatalf("synthesis: %+v", a.Summary)
+	}
+	// Every accepted round is a valid Harbor task that the oracle resolves and nop does not.
+	oracle := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: a.Tasks, Agent: activities.AgentSpec{Kind: activities.AgentOracle}}), 10*time.Minute)
+	nop := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: a.Tasks, Agent: activities.AgentSpec{Kind: activities.AgentNop}}), 10*time.Minute)
+	if oracle.Summary.Resolved != 2 || nop.Summary.Resolved != 0 || nop.Summary.Scored != 2 {
+		t.Fatalf("oracle %+v / nop %+v", oracle.Summary, nop.Summary)
+	}
+	for _, ref := range a.Tasks {
+		tk, err := task.Fetch(context.Background(), r.st, ref, t.TempDir())
+		if err != nil {
+			t.Fatalf("%s is not a valid task: %v", ref.Name, err)
+		}
+		sol, _ := os.ReadFile(filepath.Join(tk.Dir, task.SolutionFile))
+		if !strings.Contains(string(sol), "# step ") {
+			t.Errorf("%s: solution not lengthened", ref.Name)
+		}
+	}
+	// The same seed and RNG seed give the same tasks.
+	b := synthRun(fmt.Sprintf("s2-%d", time.Now().UnixNano()))
+	if taskIDs(a.Tasks) != taskIDs(b.Tasks) {
+		t.Fatalf("same seeds, different tasks: %s vs %s", taskIDs(a.Tasks), taskIDs(b.Tasks))
+	}
+}
+
+func taskIDs(refs []task.Ref) string {
+	var s []string
+	for _, r := range refs {
+		s = append(s, r.ID)
+	}
+	sort.Strings(s)
+	return strings.Join(s, ",")
+}
+
+func TestLLMSynthesizerOutputIsValidatedLikeProcedural(t *testing.T) {
+	r := newRig(t, true)
+	inf := inference(t, "--seed", "3")
+	seeds := r.load(t, "../examples/seeds/greeting-file")
+	runID := fmt.Sprintf("llm-%d", time.Now().UnixNano())
+	var res workflows.SynthesisResult
+	r.run(t, workflows.SynthesisWorkflow, workflows.SynthesisWorkflowID(runID, seeds[0].ID, 0), workflows.SynthesisInput{
+		RunID: runID, Seed: seeds[0], Rounds: 1, MaxVariations: 2, RNGSeed: 1,
+		Synth: activities.SynthSpec{Kind: "llm", Endpoint: inf.URL(), Model: "reference", Temperature: 1},
+	}, &res, 5*time.Minute)
+	// A random model writes no valid step: every variation is rejected as
+	// invalid output and the seed stops growing, with the reason recorded.
+	if len(res.Accepted) != 0 || len(res.Rejected) != 2 || res.Rejected[0].Class != "invalid_output" ||
+		!strings.Contains(res.Stopped, "synthesizer output rejected") {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestWorkerKilledMidSynthesisResumes(t *testing.T) {
+	r := newRig(t, false)
+	bin := filepath.Join(r.dir, "worker")
+	if out, err := exec.Command("go", "build", "-o", bin, "../worker").CombinedOutput(); err != nil {
+		t.Fatalf("build worker: %v\n%s", err, out)
+	}
+	start := func() *exec.Cmd {
+		cmd := exec.Command(bin, "-role", "control,sandbox", "-host", r.host, "-store", filepath.Join(r.dir, "store"), "-reaper-interval", "1h")
+		cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+r.addr, "T1FLOW_HOME="+testenv.StateDir())
+		logf, _ := os.OpenFile(filepath.Join(r.dir, "worker.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+		cmd.Stdout, cmd.Stderr = logf, logf
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	w := start()
+	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
+	seeds := r.load(t, "../examples/seeds/config-dir")
+	runID := fmt.Sprintf("crash-%d", time.Now().UnixNano())
+	wid := workflows.SynthesisWorkflowID(runID, seeds[0].ID, 0)
+	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue},
+		workflows.SynthesisWorkflow, workflows.SynthesisInput{RunID: runID, Seed: seeds[0], Rounds: 3, RNGSeed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for {
+		v, err := r.c.QueryWorkflow(context.Background(), wid, "", workflows.QueryProgress)
+		var p workflows.SynthesisProgress
+		if err == nil && v.Get(&p) == nil && p.Accepted >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("synthesis never accepted a round")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	w.Process.Signal(syscall.SIGKILL)
+	w.Wait()
+	time.Sleep(time.Second)
+	w = start()
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var res workflows.SynthesisResult
+	if err := run.Get(ctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Accepted) != 3 {
+		t.Fatalf("%d rounds accepted (%s): %+v", len(res.Accepted), res.Stopped, res.Rejected)
+	}
+	parent := seeds[0].ID
+	for i, a := range res.Accepted {
+		if a.Round != i+1 || a.Parent != parent {
+			t.Fatalf("round %d: %+v (parent want %s)", i+1, a, parent)
+		}
+		parent = a.Task.ID
+	}
+	// Every candidate was checked exactly once: two rollouts (oracle, nop) per variation tried.
+	tried := len(res.Accepted) + len(res.Rejected)
+	resp, err := r.c.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("WorkflowType = 'RolloutWorkflow' AND CampaignID = '%s-%s-c0'", ids.Clean(runID), seeds[0].ID[:8]),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Count != int64(2*tried) {
+		t.Fatalf("%d rollouts for %d candidates: a round ran twice or was lost", resp.Count, tried)
+	}
+}

@@ -1,0 +1,292 @@
+package workflows
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// SynthesisInput grows one seed by recursive task synthesis.
+type SynthesisInput struct {
+	RunID         string               `json:"run_id"`
+	Seed          task.Ref             `json:"seed"`
+	Chain         int                  `json:"chain"` // several chains per seed differ by RNG stream
+	Rounds        int                  `json:"rounds"`
+	MaxVariations int                  `json:"max_variations"` // tries per round before the seed stops growing
+	RNGSeed       int64                `json:"rng_seed"`
+	Synth         activities.SynthSpec `json:"synth"`
+}
+
+// RoundRecord is one accepted round: a valid Harbor task with its lineage.
+type RoundRecord struct {
+	Round      int      `json:"round"`
+	Variation  int      `json:"variation"`
+	Task       task.Ref `json:"task"`
+	Parent     string   `json:"parent"`
+	Steps      []string `json:"steps"`
+	Categories []string `json:"categories"`
+	Oracle     string   `json:"oracle"` // passed/total of the reference in a fresh sandbox
+	Nop        string   `json:"nop"`    // passed/total of the untouched environment
+}
+
+// Rejection is a variation that was not accepted, and why.
+type Rejection struct {
+	Round     int    `json:"round"`
+	Variation int    `json:"variation"`
+	Class     string `json:"class"` // invalid_output, oracle_failed, nop_passed, infra
+	Reason    string `json:"reason"`
+}
+
+// SynthesisResult is the chain: accepted rounds, rejections, and why it stopped.
+type SynthesisResult struct {
+	Seed     task.Ref      `json:"seed"`
+	Chain    int           `json:"chain"`
+	Accepted []RoundRecord `json:"accepted"`
+	Rejected []Rejection   `json:"rejected"`
+	Stopped  string        `json:"stopped,omitempty"`
+}
+
+// SynthesisProgress is what the "progress" query answers.
+type SynthesisProgress struct {
+	Round     int `json:"round"`
+	Variation int `json:"variation"`
+	Accepted  int `json:"accepted"`
+	Rejected  int `json:"rejected"`
+}
+
+// SynthesisWorkflowID names one chain.
+func SynthesisWorkflowID(runID, seedID string, chain int) string {
+	return fmt.Sprintf("synth/%s/%s/%d", ids.Clean(runID), seedID, chain)
+}
+
+// SynthesisWorkflow runs RST rounds on one seed. A round is accepted only if
+// the candidate's reference solution passes in a fresh sandbox and the
+// untouched environment fails its verifier; a rejected round retries with a
+// new variation up to MaxVariations, then the seed stops growing.
+func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult, error) {
+	if in.Rounds <= 0 || in.Seed.ID == "" {
+		return SynthesisResult{}, temporal.NewNonRetryableApplicationError("synthesis: rounds must be > 0 and seed set", activities.ErrBadInput, nil)
+	}
+	if in.MaxVariations <= 0 {
+		in.MaxVariations = 3
+	}
+	if err := in.Synth.Validate(); err != nil {
+		return SynthesisResult{}, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrBadInput, nil)
+	}
+	res := SynthesisResult{Seed: in.Seed, Chain: in.Chain, Accepted: []RoundRecord{}, Rejected: []Rejection{}}
+	var prog SynthesisProgress
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (SynthesisProgress, error) { return prog, nil }); err != nil {
+		return res, err
+	}
+	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("synth"), ids.TaskID.ValueSet(in.Seed.ID))
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           ids.ControlQueue,
+		StartToCloseTimeout: 10 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
+			NonRetryableErrorTypes: []string{activities.ErrSynthesisRejected, activities.ErrBadInput, activities.ErrTaskInvalid}},
+	})
+	campaign := fmt.Sprintf("%s-%s-c%d", ids.Clean(in.RunID), in.Seed.ID[:8], in.Chain)
+	cur := in.Seed
+	var lineage []string
+	for round := 1; round <= in.Rounds; round++ {
+		var accepted *RoundRecord
+		for v := 0; v < in.MaxVariations && accepted == nil; v++ {
+			prog.Round, prog.Variation = round, v
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("round %d/%d, variation %d; %d accepted", round, in.Rounds, v+1, len(res.Accepted)))
+			reject := func(class, reason string) {
+				res.Rejected = append(res.Rejected, Rejection{Round: round, Variation: v, Class: class, Reason: reason})
+				prog.Rejected++
+			}
+			var cand activities.SynthesizeResult
+			sctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{
+				TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
+				RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
+					NonRetryableErrorTypes: []string{activities.ErrSynthesisRejected, activities.ErrBadInput, activities.ErrTaskInvalid}},
+				Summary: fmt.Sprintf("synthesize round %d variation %d", round, v+1),
+			})
+			err := workflow.ExecuteActivity(sctx, act.Synthesize, activities.SynthesizeInput{
+				Seed: in.Seed, Parent: cur, Chain: in.Chain, Round: round, Variation: v, RNGSeed: in.RNGSeed, Steps: lineage, Synth: in.Synth,
+			}).Get(ctx, &cand)
+			if err != nil {
+				if ctx.Err() != nil {
+					return res, err
+				}
+				class := "infra"
+				if k := errorType(err); k == activities.ErrSynthesisRejected || k == activities.ErrTaskInvalid {
+					class = "invalid_output"
+				}
+				reject(class, oneLine(err))
+				continue
+			}
+			// The reference must pass in a fresh sandbox, and the untouched
+			// environment must fail: both run as ordinary rollouts.
+			oracle := startRollout(ctx, RolloutInput{CampaignID: campaign, Stage: "synth-oracle", Step: round, Task: cand.Task, Attempt: 1,
+				Agent: activities.AgentSpec{Kind: activities.AgentOracle}, TurnCap: 1}, fmt.Sprintf("oracle on %s", cand.Task.Name))
+			nop := startRollout(ctx, RolloutInput{CampaignID: campaign, Stage: "synth-nop", Step: round, Task: cand.Task, Attempt: 1,
+				Agent: activities.AgentSpec{Kind: activities.AgentNop}, TurnCap: 1}, fmt.Sprintf("nop on %s", cand.Task.Name))
+			o := rolloutOutcome(ctx, oracle, RolloutInput{CampaignID: campaign, Stage: "synth-oracle", Step: round, Task: cand.Task, Attempt: 1})
+			n := rolloutOutcome(ctx, nop, RolloutInput{CampaignID: campaign, Stage: "synth-nop", Step: round, Task: cand.Task, Attempt: 1})
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			switch {
+			case !o.Scored || !n.Scored:
+				reject("infra", fmt.Sprintf("sandbox runs not scored: oracle %s, nop %s (%s%s)", o.Outcome, n.Outcome, o.Error, n.Error))
+			case !o.Resolved:
+				reject("oracle_failed", fmt.Sprintf("the reference solution fails in a fresh sandbox: %d/%d assertions", o.Passed, o.Total))
+			case n.Resolved:
+				reject("nop_passed", fmt.Sprintf("the untouched environment passes the verifier: %d/%d", n.Passed, n.Total))
+			default:
+				accepted = &RoundRecord{Round: round, Variation: v, Task: cand.Task, Parent: cur.ID, Steps: cand.Steps, Categories: cand.Categories,
+					Oracle: fmt.Sprintf("%d/%d", o.Passed, o.Total), Nop: fmt.Sprintf("%d/%d", n.Passed, n.Total)}
+			}
+		}
+		if accepted == nil {
+			last := res.Rejected[len(res.Rejected)-1]
+			res.Stopped = fmt.Sprintf("round %d: %d variations rejected; last: %s", round, in.MaxVariations, last.Reason)
+			break
+		}
+		res.Accepted = append(res.Accepted, *accepted)
+		prog.Accepted++
+		lineage = append(lineage, accepted.Steps...)
+		cur = accepted.Task
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%d rounds accepted, %d variations rejected. %s", len(res.Accepted), len(res.Rejected), res.Stopped))
+	return res, nil
+}
+
+// SynthSweepInput is seeds × chains, then the accepted tasks into a pool.
+type SynthSweepInput struct {
+	RunID         string               `json:"run_id"`
+	Seeds         []task.Ref           `json:"seeds"`
+	PerSeed       int                  `json:"per_seed"`
+	Rounds        int                  `json:"rounds"`
+	MaxVariations int                  `json:"max_variations"`
+	RNGSeed       int64                `json:"rng_seed"`
+	Synth         activities.SynthSpec `json:"synth"`
+	Concurrency   int                  `json:"concurrency"`
+	Pool          string               `json:"pool"`
+}
+
+// SynthSummary aggregates a sweep.
+type SynthSummary struct {
+	Seeds          int            `json:"seeds"`
+	Chains         int            `json:"chains"`
+	Synthesized    int            `json:"synthesized"` // accepted tasks
+	Variations     int            `json:"variations"`  // candidates tried
+	Rejected       map[string]int `json:"rejected"`    // by class
+	Stopped        int            `json:"stopped"`     // chains that stopped growing early
+	Categories     map[string]int `json:"categories"`  // step categories of accepted rounds
+	SolutionLength map[string]int `json:"solution_length"`
+	AddedToPool    int            `json:"added_to_pool"`
+}
+
+// SynthReport is the sweep's stored report.
+type SynthReport struct {
+	RunID   string            `json:"run_id"`
+	Pool    string            `json:"pool"`
+	Summary SynthSummary      `json:"summary"`
+	Chains  []SynthesisResult `json:"chains"`
+}
+
+// SynthSweepResult is small: the summary and the report's claim check.
+type SynthSweepResult struct {
+	Summary SynthSummary `json:"summary"`
+	Report  store.Ref    `json:"report"`
+	Tasks   []task.Ref   `json:"tasks"`
+}
+
+// SynthSweepWorkflow runs a SynthesisWorkflow per (seed, chain) with bounded
+// concurrency, then adds every accepted round to the pool.
+func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepResult, error) {
+	if in.PerSeed <= 0 {
+		in.PerSeed = 1
+	}
+	if in.Concurrency <= 0 {
+		in.Concurrency = 2
+	}
+	if len(in.Seeds) == 0 || in.Pool == "" {
+		return SynthSweepResult{}, temporal.NewNonRetryableApplicationError("synth sweep: seeds and pool are required", activities.ErrBadInput, nil)
+	}
+	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("synth"))
+	type job struct{ seed, chain int }
+	var jobs []job
+	for s := range in.Seeds {
+		for c := 0; c < in.PerSeed; c++ {
+			jobs = append(jobs, job{s, c})
+		}
+	}
+	prog := EvalProgress{Total: len(jobs)}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return prog, nil }); err != nil {
+		return SynthSweepResult{}, err
+	}
+	chains := make([]SynthesisResult, len(jobs))
+	err := slidingWindow(ctx, len(jobs), func() int { return in.Concurrency }, &prog.Running,
+		func(i int) workflow.Future {
+			j := jobs[i]
+			seed := in.Seeds[j.seed]
+			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+				WorkflowID: SynthesisWorkflowID(in.RunID, seed.ID, j.chain), TaskQueue: ids.ControlQueue,
+				StaticSummary: fmt.Sprintf("RST on %s, chain %d", seed.Name, j.chain),
+			})
+			return workflow.ExecuteChildWorkflow(cctx, SynthesisWorkflow, SynthesisInput{
+				RunID: in.RunID, Seed: seed, Chain: j.chain, Rounds: in.Rounds, MaxVariations: in.MaxVariations, RNGSeed: in.RNGSeed, Synth: in.Synth,
+			})
+		},
+		func(i int, f workflow.Future) {
+			prog.Done++
+			var r SynthesisResult
+			if err := f.Get(ctx, &r); err != nil {
+				r = SynthesisResult{Seed: in.Seeds[jobs[i].seed], Chain: jobs[i].chain, Stopped: "chain failed: " + oneLine(err)}
+			}
+			prog.Resolved += len(r.Accepted)
+			chains[i] = r
+		})
+	if err != nil {
+		return SynthSweepResult{}, err
+	}
+	sum := SynthSummary{Seeds: len(in.Seeds), Chains: len(jobs), Rejected: map[string]int{}, Categories: map[string]int{}, SolutionLength: map[string]int{}}
+	var tasks []task.Ref
+	for _, c := range chains {
+		sum.Synthesized += len(c.Accepted)
+		sum.Variations += len(c.Accepted) + len(c.Rejected)
+		if c.Stopped != "" {
+			sum.Stopped++
+		}
+		for _, r := range c.Rejected {
+			sum.Rejected[r.Class]++
+		}
+		for _, a := range c.Accepted {
+			tasks = append(tasks, a.Task)
+			for _, cat := range a.Categories {
+				sum.Categories[cat]++
+			}
+			sum.SolutionLength[fmt.Sprintf("%d extra steps", a.Round)]++
+		}
+	}
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Name < tasks[j].Name })
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
+	})
+	if len(tasks) > 0 {
+		if err := workflow.ExecuteActivity(actx, act.ImportToPool, activities.ImportInput{Pool: in.Pool, Tasks: tasks}).Get(ctx, &sum.AddedToPool); err != nil {
+			return SynthSweepResult{}, err
+		}
+	}
+	out := SynthSweepResult{Summary: sum, Tasks: tasks}
+	err = workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
+		Key: "synth/" + ids.Clean(in.RunID) + "/report.json", Value: SynthReport{RunID: in.RunID, Pool: in.Pool, Summary: sum, Chains: chains},
+	}).Get(ctx, &out.Report)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%d tasks synthesized from %d seeds (%d variations, %d rejected); %d added to pool %s",
+		sum.Synthesized, sum.Seeds, sum.Variations, sum.Variations-sum.Synthesized, sum.AddedToPool, in.Pool))
+	return out, err
+}
