@@ -43,6 +43,10 @@ commands:
        [--command CMD]... [--inference URL[,URL...]] [--endpoint URL --model NAME]
        [--attempts K] [--concurrency N] [--wait] [--json] [--id ID] [--new]
                                     run an eval sweep; prints its workflow ID and UI link
+  synth --seeds DIR --rounds R --per-seed N --pool NAME [--rng-seed S] [--synthesizer procedural|llm]
+                                    grow seed tasks by recursive synthesis into a pool
+  audit (--pool NAME | --tasks DIR) --keep-pool NAME [--eval-tasks DIR] [--config FILE]
+                                    audit tasks on eight dimensions; kept tasks go to the keep pool
   trace ROLLOUT_ID|TASK_ID          a rollout's turns, assertions, reward, drift and routing reports
   reap [--host H] [--ttl D]         run the reaper for a sandbox host now
 
@@ -84,6 +88,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		err = tasksValidate(args[2:], stdout, stderr)
 	case args[0] == "eval":
 		err = eval(ctx, args[1:], stdout, stderr)
+	case args[0] == "synth":
+		err = synthCmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "audit":
+		err = auditCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "trace":
 		err = trace(ctx, args[1:], stdout)
 	case args[0] == "reap":
@@ -407,9 +415,16 @@ func sweepID(in workflows.EvalSweepInput) string {
 }
 
 func waitSweep(ctx context.Context, c client.Client, run client.WorkflowRun, stderr io.Writer) (workflows.EvalSweepResult, error) {
-	done := make(chan error, 1)
 	var res workflows.EvalSweepResult
-	go func() { done <- run.Get(ctx, &res) }()
+	err := waitWithProgress(ctx, c, run, stderr, "rollouts done", &res)
+	return res, err
+}
+
+// waitWithProgress waits for a sweep-like workflow, printing its "progress"
+// query as a line that updates (a line per change when not on a terminal).
+func waitWithProgress(ctx context.Context, c client.Client, run client.WorkflowRun, stderr io.Writer, noun string, res any) error {
+	done := make(chan error, 1)
+	go func() { done <- run.Get(ctx, res) }()
 	tty := isTerminal(stderr)
 	last := ""
 	t := time.NewTicker(time.Second)
@@ -422,9 +437,9 @@ func waitSweep(ctx context.Context, c client.Client, run client.WorkflowRun, std
 				fmt.Fprintln(stderr)
 			}
 			if err != nil {
-				return res, fmt.Errorf("eval sweep %s: %w", run.GetID(), err)
+				return fmt.Errorf("%s: %w", run.GetID(), err)
 			}
-			return res, nil
+			return nil
 		case <-t.C:
 			v, err := c.QueryWorkflow(ctx, run.GetID(), "", workflows.QueryProgress)
 			if err != nil {
@@ -434,7 +449,7 @@ func waitSweep(ctx context.Context, c client.Client, run client.WorkflowRun, std
 			if v.Get(&p) != nil {
 				continue
 			}
-			line := fmt.Sprintf("%d/%d rollouts done, %d running, %d resolved, %s elapsed", p.Done, p.Total, p.Running, p.Resolved, time.Since(start).Round(time.Second))
+			line := fmt.Sprintf("%d/%d %s, %d running, %d good, %s elapsed", p.Done, p.Total, noun, p.Running, p.Resolved, time.Since(start).Round(time.Second))
 			if p.Done > 0 && p.Done < p.Total {
 				eta := time.Duration(float64(time.Since(start)) / float64(p.Done) * float64(p.Total-p.Done))
 				line += fmt.Sprintf(", ETA %s", eta.Round(time.Second))

@@ -200,3 +200,73 @@ func TestPolicyEvalAndTrace(t *testing.T) {
 		t.Errorf("unknown ID: %d %v", code, err)
 	}
 }
+
+func TestSynthAndAuditCommands(t *testing.T) {
+	srv, c := testenv.DevServer(t)
+	d := testenv.Docker(t)
+	dir := t.TempDir()
+	st, _ := store.NewLocal(dir)
+	testenv.Worker(t, c, roles.All, &activities.Activities{Docker: d, Store: st, Temporal: c, Host: testenv.HostName("rst"), TaskCache: t.TempDir(), EpisodeDir: t.TempDir()})
+	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
+	t.Setenv("T1FLOW_STORE", dir)
+
+	code, out, stderr, err := starter(t, "synth", "--seeds", "../examples/seeds", "--rounds", "1", "--per-seed", "1", "--pool", "rst", "--json", "--concurrency", "3")
+	if code != 0 || err != nil {
+		t.Fatalf("synth: %d %v\n%s", code, err, stderr)
+	}
+	var syn struct {
+		Synthesized int `json:"synthesized"`
+		Tasks       []struct {
+			Name, Seed, Parent string
+			Round              int
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(out), &syn); err != nil || syn.Synthesized != 3 || len(syn.Tasks) != 3 || syn.Tasks[0].Round != 1 || syn.Tasks[0].Parent == "" {
+		t.Fatalf("synth json: %v\n%s", err, out)
+	}
+	code, out, _, _ = starter(t, "tasks", "list", "--pool", "rst")
+	if code != 0 || strings.Count(out, "\n") != 4 {
+		t.Fatalf("pool after synth:\n%s", out)
+	}
+	// Asking again finds the finished run instead of synthesizing twice.
+	code, _, stderr, _ = starter(t, "synth", "--seeds", "../examples/seeds", "--rounds", "1", "--per-seed", "1", "--pool", "rst", "--json", "--concurrency", "3")
+	if code != 0 || !strings.Contains(stderr, "found existing run") {
+		t.Fatalf("re-run: %d %s", code, stderr)
+	}
+
+	code, out, stderr, err = starter(t, "audit", "--tasks", "../workflows/testdata/audit", "--keep-pool", "kept", "--json", "--concurrency", "3")
+	if code != 0 || err != nil {
+		t.Fatalf("audit: %d %v\n%s", code, err, stderr)
+	}
+	var aud struct {
+		Kept  int `json:"kept"`
+		Tasks []struct {
+			Name        string             `json:"name"`
+			Kept        bool               `json:"kept"`
+			Score       float64            `json:"score"`
+			HardRejects []string           `json:"hard_rejects"`
+			Dimensions  map[string]float64 `json:"dimensions"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(out), &aud); err != nil || len(aud.Tasks) != 5 || aud.Kept != 1 {
+		t.Fatalf("audit json: %v\n%s", err, out)
+	}
+	got := map[string]string{}
+	for _, r := range aud.Tasks {
+		got[r.Name] = strings.Join(r.HardRejects, ",")
+		if len(r.Dimensions) != 8 {
+			t.Errorf("%s: %d dimensions", r.Name, len(r.Dimensions))
+		}
+	}
+	want := map[string]string{"good-sum": "", "hidden-requirement": "hidden_requirements", "test-leakage": "test_leakage",
+		"shortcut-solution": "shortcut_solution", "weak-verifier": "weak_verifier"}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s: hard rejects %q, want %q", k, got[k], v)
+		}
+	}
+	code, _, _, err = starter(t, "audit", "--pool", "nope", "--keep-pool", "k")
+	if code != 2 || err == nil {
+		t.Errorf("missing pool: %d %v", code, err)
+	}
+}
