@@ -170,6 +170,10 @@ func run(out string, n, turns int) error {
 	if err != nil {
 		return err
 	}
+	rst, err := benchRST(ctx, c, st)
+	if err != nil {
+		return err
+	}
 
 	// Baseline: the same turns as a bare docker exec loop in one container.
 	cid, err := exec.Command("docker", "run", "-d", "--network", "none", img, "sleep", "600").Output()
@@ -211,6 +215,7 @@ func run(out string, n, turns int) error {
 		"The lifecycle includes the idempotency check (inspect by name), the resource limits and\n"+
 		"labels, and the image-cache lookup.\n")
 	b.WriteString(harness)
+	b.WriteString(rst)
 
 	// The GPU side: the reference trainer and inference server, measured by
 	// their own benchmark in the same run.
