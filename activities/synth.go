@@ -2,6 +2,8 @@ package activities
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -230,4 +232,41 @@ func (a *Activities) ImportToPool(ctx context.Context, in ImportInput) (int, err
 		return 0, BadInputf("%v", err)
 	}
 	return added, nil
+}
+
+// SampleInput picks tasks from a pool.
+type SampleInput struct {
+	Pool string `json:"pool"`
+	N     int    `json:"n"`     // 0: all
+	Seed  string `json:"seed"`  // the same seed picks the same tasks
+	Cycle bool   `json:"cycle"` // repeat tasks when the pool has fewer than N
+}
+
+// SampleTasks returns N tasks of a pool in an order fixed by the seed.
+func (a *Activities) SampleTasks(ctx context.Context, in SampleInput) ([]task.Ref, error) {
+	p, err := task.LoadPool(ctx, a.Store, in.Pool)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, BadInputf("pool %q does not exist (import or synthesize tasks into it first)", in.Pool)
+	}
+	if err != nil {
+		return nil, InfraErrorf("%v", err)
+	}
+	refs := append([]task.Ref{}, p.Tasks...)
+	if in.N <= 0 {
+		return refs, nil
+	}
+	key := func(r task.Ref) string {
+		h := sha256.Sum256([]byte(in.Seed + "/" + r.ID))
+		return hex.EncodeToString(h[:])
+	}
+	sort.Slice(refs, func(i, j int) bool { return key(refs[i]) < key(refs[j]) })
+	if !in.Cycle {
+		return refs[:min(in.N, len(refs))], nil
+	}
+	// Cycle through the pool when a step asks for more tasks than it holds.
+	out := make([]task.Ref, 0, in.N)
+	for i := 0; i < in.N && len(refs) > 0; i++ {
+		out = append(out, refs[i%len(refs)])
+	}
+	return out, nil
 }

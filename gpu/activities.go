@@ -241,3 +241,19 @@ func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, 
 	}
 	return info.WeightVersion, nil
 }
+
+// InferenceInfo names the inference server this GPU worker runs and the
+// weight version it serves, so workflows can hand its URL to rollouts.
+type InferenceInfo struct {
+	URLs          []string `json:"urls"`
+	WeightVersion string   `json:"weight_version"`
+}
+
+// InferenceInfo reports the local inference server.
+func (a *Activities) InferenceInfo(ctx context.Context) (InferenceInfo, error) {
+	info, err := a.Inference.ModelInfo(ctx)
+	if err != nil {
+		return InferenceInfo{}, classify(err)
+	}
+	return InferenceInfo{URLs: []string{a.Inference.BaseURL}, WeightVersion: info.WeightVersion}, nil
+}

@@ -47,6 +47,9 @@ commands:
                                     grow seed tasks by recursive synthesis into a pool
   audit (--pool NAME | --tasks DIR) --keep-pool NAME [--eval-tasks DIR] [--config FILE]
                                     audit tasks on eight dimensions; kept tasks go to the keep pool
+  campaign start -f FILE [--wait] | status NAME | pause NAME | resume NAME | cancel NAME
+           | set-concurrency NAME N | list
+                                    run and steer a training campaign (SFT, critic warm-up, PPO, evals)
   trace ROLLOUT_ID|TASK_ID          a rollout's turns, assertions, reward, drift and routing reports
   reap [--host H] [--ttl D]         run the reaper for a sandbox host now
 
@@ -92,6 +95,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		err = synthCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "audit":
 		err = auditCmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "campaign":
+		err = campaignCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "trace":
 		err = trace(ctx, args[1:], stdout)
 	case args[0] == "reap":

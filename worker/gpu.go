@@ -41,50 +41,13 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store) (
 		return nil, nil, err
 	}
 	home, _ := filepath.Abs(config.Home())
-	work := filepath.Join(home, "gpu")
-	trainerSlot, infSlot := slots[0], slots[len(slots)-1] // disjoint when there are two or more
-	var extra []string
-	if g.init != "random" {
-		extra = []string{"--init", g.init}
+	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: home, Slots: slots, Init: g.init, Inference: g.inference,
+		ServerArgs: strings.Fields(g.serverArgs), Store: st})
+	if err != nil {
+		return nil, nil, err
 	}
-	tr := &gpu.Supervisor{
-		Name: "trainer", Command: gpu.TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, extra...),
-		Env: trainerSlot.Env(), LogPath: filepath.Join(home, "logs", "trainer.log"),
-	}
-	if err := tr.Start(ctx); err != nil {
-		return nil, nil, fmt.Errorf("trainer: %w (python: %s; it needs PyTorch: apt-get install python3-torch libopenblas0-pthread)", err, gpu.Python())
-	}
-	stop := []func(){tr.Stop}
-	url := g.inference
-	if url == "" {
-		model := ""
-		if g.init != "random" {
-			model = g.init
-		}
-		inf := &gpu.Supervisor{
-			Name: "inference", Command: gpu.InferenceCommand(model, infSlot, strings.Fields(g.serverArgs)...),
-			Env: infSlot.Env(), LogPath: filepath.Join(home, "logs", "inference.log"),
-		}
-		if err := inf.Start(ctx); err != nil {
-			tr.Stop()
-			return nil, nil, fmt.Errorf("inference server: %w", err)
-		}
-		stop = append(stop, inf.Stop)
-		url = inf.URL()
-	}
-	// Starters and rollouts on this machine find the local default here.
-	os.WriteFile(filepath.Join(home, "inference.url"), []byte(url+"\n"), 0o644)
-	fmt.Fprintf(os.Stderr, "worker: trainer on %s (%s, log %s); inference %s\n", tr.URL(), trainerSlot, tr.LogPath, url)
-
-	acts := &gpu.Activities{
-		Trainer: gpu.NewClient(tr.URL()), Inference: &gpu.InferenceClient{BaseURL: url},
-		Store: st, WorkDir: work,
-	}
+	fmt.Fprintf(os.Stderr, "worker: trainer on %s (%s, log %s); inference %s\n", l.Trainer.URL(), slots[0], l.Trainer.LogPath, l.Acts.Inference.BaseURL)
 	w := worker.New(c, ids.GPUQueue, worker.Options{MaxConcurrentActivityExecutionSize: 4})
-	w.RegisterActivity(acts)
-	return w, func() {
-		for _, s := range stop {
-			s()
-		}
-	}, nil
+	w.RegisterActivity(l.Acts)
+	return w, l.Stop, nil
 }

@@ -26,6 +26,9 @@ func TestReplayRecordedHistories(t *testing.T) {
 			r.RegisterWorkflow(SynthSweepWorkflow)
 			r.RegisterWorkflow(AuditWorkflow)
 			r.RegisterWorkflow(AuditSweepWorkflow)
+			r.RegisterWorkflow(CampaignWorkflow)
+			r.RegisterWorkflow(PPOStepWorkflow)
+			r.RegisterWorkflow(CriticWarmupWorkflow)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatal(err)
 			}

@@ -26,6 +26,7 @@ class Hyper:
     max_grad_norm: float = 1.0
     update_epochs: int = 1
     minibatches: int = 1
+    max_minibatch: int = 8        # trajectories per minibatch at most (memory)
     norm_adv: bool = False        # the critic is the only baseline
     epochs: int = 1               # for sft and critic_fit
 

@@ -151,6 +151,9 @@ class Trainer:
             self.version += 1
             self._commit_state()
             result.update({"version": self.version, "weight_version": f"v{self.version}", "seconds": time.time() - t0, "replayed": False})
+            # JSON has no NaN: an undefined metric (e.g. explained variance of
+            # constant returns) is null.
+            result = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.items()}
             tmp = rec + ".tmp"
             with open(tmp, "w") as f:
                 json.dump({"op": op, "key": key, "result": result}, f)
@@ -205,7 +208,8 @@ class Trainer:
             adv[i, idx], ret[i, idx] = a, g
         return adv, ret
 
-    def _minibatches(self, n, k):
+    def _minibatches(self, n, k, cap=8):
+        k = max(k, (n + cap - 1) // cap)  # never more than cap trajectories at once
         order = torch.randperm(n).tolist()
         size = max(1, (n + k - 1) // k)
         return [order[i:i + size] for i in range(0, n, size)]
@@ -216,11 +220,11 @@ class Trainer:
         _, trajs = self._load_batch(req, need_routing=False)
         self._set_lr(self.actor_opt, h.actor_lr)
         inputs, targets, mask, _, _ = B.pad(trajs, self.device)
-        total = h.epochs * max(1, h.minibatches)
+        total = h.epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
         step, losses, tokens = 0, [], 0
         self.actor.train()
         for _ in range(h.epochs):
-            for mb in self._minibatches(len(trajs), h.minibatches):
+            for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch):
                 logp, _ = self._logp(inputs[mb], targets[mb], None)
                 m = mask[mb]
                 loss = -(logp[m]).mean()
@@ -247,11 +251,11 @@ class Trainer:
             v0 = self._values(inputs)
         _, ret = self._advantages(trajs, v0, mask, h)
         ev_before = ppo.explained_variance(v0[mask], ret[mask])
-        total = h.epochs * max(1, h.minibatches)
+        total = h.epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
         step, losses = 0, []
         self.critic.train()
         for _ in range(h.epochs):
-            for mb in self._minibatches(len(trajs), h.minibatches):
+            for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch):
                 v = self._values(inputs[mb])
                 loss = ppo.value_loss(v[mask[mb]], ret[mb][mask[mb]])
                 self.critic_opt.zero_grad()
@@ -281,13 +285,13 @@ class Trainer:
         gap_free = float((free_logp - sampler_logp)[mask].abs().mean())
         adv, ret = self._advantages(trajs, values, mask, h)
         ev = ppo.explained_variance(values[mask], ret[mask])
-        total = h.update_epochs * max(1, h.minibatches)
+        total = h.update_epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
         step = 0
         stats = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clipfrac": []}
         self.actor.train()
         self.critic.train()
         for _ in range(h.update_epochs):
-            for mb in self._minibatches(len(trajs), h.minibatches):
+            for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch):
                 m = mask[mb]
                 a = adv[mb][m]
                 if h.norm_adv and a.numel() > 1:

@@ -59,6 +59,9 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 		w.RegisterWorkflow(workflows.SynthSweepWorkflow)
 		w.RegisterWorkflow(workflows.AuditWorkflow)
 		w.RegisterWorkflow(workflows.AuditSweepWorkflow)
+		w.RegisterWorkflow(workflows.CampaignWorkflow)
+		w.RegisterWorkflow(workflows.PPOStepWorkflow)
+		w.RegisterWorkflow(workflows.CriticWarmupWorkflow)
 		w.RegisterActivity(acts)
 		ws = append(ws, w)
 	}

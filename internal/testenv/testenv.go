@@ -19,10 +19,13 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/roles"
+	"github.com/t1flow/t1flow/internal/store"
 )
 
 // Required reports whether integration tests must run.
@@ -196,4 +199,25 @@ func S3(tb testing.TB) *S3Server {
 	}
 	tb.Fatalf("versitygw did not listen on %s", s.Endpoint)
 	return nil
+}
+
+// GPUWorker starts the local default GPU processes (reference trainer and
+// inference server, random init) and a worker for the GPU queue.
+func GPUWorker(tb testing.TB, c client.Client, st store.Store, home string) *gpu.Local {
+	tb.Helper()
+	if err := exec.Command(gpu.Python(), "-c", "import torch").Run(); err != nil {
+		unavailable(tb, "%s cannot import torch: apt-get install python3-torch libopenblas0-pthread", gpu.Python())
+	}
+	l, err := gpu.StartLocal(context.Background(), gpu.LocalOptions{Home: home, Store: st, ServerArgs: []string{"--threads", "1"}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	w := worker.New(c, ids.GPUQueue, worker.Options{})
+	w.RegisterActivity(l.Acts)
+	if err := w.Start(); err != nil {
+		l.Stop()
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { w.Stop(); l.Stop() })
+	return l
 }

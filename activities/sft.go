@@ -1,0 +1,94 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/trajectory"
+)
+
+// RenderSFTInput turns a task's reference solution into an SFT sample.
+type RenderSFTInput struct {
+	Task      task.Ref `json:"task"`
+	Inference []string `json:"inference"` // for the policy's tokenizer
+	Campaign  string   `json:"campaign"`
+}
+
+// RenderSFTResult is the sample's claim check.
+type RenderSFTResult struct {
+	Trajectory store.Ref `json:"trajectory"`
+	Tokens     int       `json:"tokens"`
+	LossTokens int       `json:"loss_tokens"`
+}
+
+// RenderSFT renders the reference solution as the harness's turns: the same
+// first prompt a rollout sees, then an assistant turn whose commands are the
+// solution's steps and which marks the task complete, then the confirmation.
+// Only the assistant's tokens are in the loss mask.
+func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSFTResult, error) {
+	t, err := a.fetchTask(ctx, in.Task)
+	if err != nil {
+		return RenderSFTResult{}, err
+	}
+	sol, err := os.ReadFile(filepath.Join(t.Dir, task.SolutionFile))
+	if err != nil {
+		return RenderSFTResult{}, TaskInvalidf("%s: %v", task.SolutionFile, err)
+	}
+	var keys []Keys
+	for _, s := range audit.SplitSteps(string(sol)) {
+		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
+	}
+	if len(keys) == 0 {
+		return RenderSFTResult{}, TaskInvalidf("%s: no steps to imitate", task.SolutionFile)
+	}
+	act := func(plan string, cmds []Keys, done bool) string {
+		b, _ := json.Marshal(Action{Analysis: "The terminal is ready.", Plan: plan, Commands: cmds, TaskComplete: done})
+		return string(b)
+	}
+	prompt := "<|im_start|><|system|>" + SystemPrompt + "<|im_end|><|im_start|><|user|>" +
+		firstObservation(t.Instruction, "root@sandbox:/app# ") + "<|im_end|><|im_start|><|assistant|>"
+	turn1 := act("Run the steps that solve the task.", keys, true) + "<|im_end|>"
+	glue := "<|im_start|><|user|>" + confirmObservation("") + "<|im_end|><|im_start|><|assistant|>"
+	turn2 := act("Confirm completion.", []Keys{}, true) + "<|im_end|>"
+	pool, err := a.pool(in.Inference)
+	if err != nil {
+		return RenderSFTResult{}, err
+	}
+	session := "sft/" + in.Task.ID
+	var rec trajectory.Record
+	for i, part := range []string{prompt, turn1, glue, turn2} {
+		toks, err := pool.Tokenize(ctx, session, part)
+		if err != nil {
+			return RenderSFTResult{}, inferenceErr(err)
+		}
+		m := uint8(i % 2) // prompt and glue are context; the assistant turns are learned
+		for _, x := range toks {
+			rec.Tokens = append(rec.Tokens, int32(x))
+			rec.LossMask = append(rec.LossMask, m)
+			rec.Logprobs = append(rec.Logprobs, 0)
+		}
+	}
+	pool.Forget(session)
+	rec.Meta = map[string]string{"task_id": in.Task.ID, "kind": "sft"}
+	b, err := rec.Encode()
+	if err != nil {
+		return RenderSFTResult{}, InfraErrorf("%v", err)
+	}
+	ref, err := a.Store.Put(ctx, fmt.Sprintf("campaigns/%s/sft/%s.safetensors", ids.Clean(in.Campaign), in.Task.ID), strings.NewReader(string(b)))
+	if err != nil {
+		return RenderSFTResult{}, InfraErrorf("store sft sample: %v", err)
+	}
+	res := RenderSFTResult{Trajectory: ref, Tokens: len(rec.Tokens)}
+	for _, m := range rec.LossMask {
+		res.LossTokens += int(m)
+	}
+	return res, nil
+}

@@ -1,0 +1,205 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/t1flow/t1flow/internal/campaign"
+	"github.com/t1flow/t1flow/internal/config"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+const campaignUsage = `usage: starter campaign start -f FILE [--wait]
+       starter campaign status|pause|resume|cancel NAME
+       starter campaign set-concurrency NAME N
+       starter campaign list`
+
+// campaignCmd drives campaigns: start from a config, then watch and steer.
+func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return badInput(errors.New(campaignUsage))
+	}
+	sub, rest := args[0], args[1:]
+	fs := flag.NewFlagSet("campaign "+sub, flag.ContinueOnError)
+	file := fs.String("f", "", "campaign config (TOML)")
+	wait := fs.Bool("wait", false, "wait for the campaign and print its evals")
+	pos, err := parse(fs, rest)
+	if err != nil {
+		return err
+	}
+	if sub == "start" && *file == "" {
+		return badInput(errors.New(campaignUsage))
+	}
+	var cfg campaign.Config
+	if sub == "start" {
+		if cfg, err = campaign.Load(*file); err != nil {
+			return badInput(fmt.Errorf("invalid campaign, nothing was started:\n  %s", campaign.Describe(err)))
+		}
+	}
+	c, err := config.Dial(ctx, slog.LevelError)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	name := func() (string, error) {
+		if len(pos) < 1 {
+			return "", badInput(errors.New(campaignUsage))
+		}
+		return workflows.CampaignWorkflowID(pos[0]), nil
+	}
+	switch sub {
+	case "start":
+		wid := workflows.CampaignWorkflowID(cfg.Name)
+		run, err := startRun(ctx, c, wid, fmt.Sprintf("campaign %s: %d PPO steps × %d tasks", cfg.Name, cfg.PPO.Steps, cfg.PPO.TasksPerStep),
+			workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}, stdout)
+		if err != nil || !*wait {
+			return err
+		}
+		var res workflows.CampaignResult
+		if err := run.Get(ctx, &res); err != nil {
+			return fmt.Errorf("campaign %s: %w", cfg.Name, err)
+		}
+		printEvals(stdout, res.State)
+		fmt.Fprintf(stdout, "report: %s\n", res.Report.URI)
+		return nil
+	case "status":
+		wid, err := name()
+		if err != nil {
+			return err
+		}
+		v, err := c.QueryWorkflow(ctx, wid, "", workflows.QueryStatus)
+		if err != nil {
+			return fmt.Errorf("campaign %s: %w", pos[0], err)
+		}
+		var s workflows.CampaignStatus
+		if err := v.Get(&s); err != nil {
+			return err
+		}
+		printStatus(stdout, s, wid)
+		return nil
+	case "pause", "resume":
+		wid, err := name()
+		if err != nil {
+			return err
+		}
+		return updateCampaign(ctx, c, wid, sub, stdout)
+	case "set-concurrency":
+		wid, err := name()
+		if err != nil {
+			return err
+		}
+		var n int
+		if len(pos) != 2 || func() error { _, e := fmt.Sscan(pos[1], &n); return e }() != nil {
+			return badInput(errors.New(campaignUsage))
+		}
+		return updateCampaign(ctx, c, wid, workflows.UpdateSetConcurrency, stdout, n)
+	case "cancel":
+		wid, err := name()
+		if err != nil {
+			return err
+		}
+		if err := c.CancelWorkflow(ctx, wid, ""); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "cancel requested for %s: running rollouts release their sandboxes first\n", wid)
+		return nil
+	case "list":
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowType = "CampaignWorkflow"`, PageSize: 100})
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CAMPAIGN\tSTATUS\tSTARTED\tUI")
+		seen := map[string]bool{}
+		for _, e := range resp.Executions {
+			if seen[e.Execution.WorkflowId] {
+				continue // earlier runs of a continued-as-new campaign
+			}
+			seen[e.Execution.WorkflowId] = true
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(e.Execution.WorkflowId, "campaign/"), strings.ToLower(e.Status.String()),
+				e.StartTime.AsTime().Format("2006-01-02 15:04"), config.UIURL(e.Execution.WorkflowId))
+		}
+		return tw.Flush()
+	}
+	return badInput(fmt.Errorf("campaign %s: unknown subcommand\n%s", sub, campaignUsage))
+}
+
+func updateCampaign(ctx context.Context, c client.Client, wid, update string, stdout io.Writer, args ...any) error {
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: update, Args: args, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", update, wid, err)
+	}
+	var s workflows.CampaignStatus
+	if err := h.Get(ctx, &s); err != nil {
+		return fmt.Errorf("%s %s: %w", update, wid, err)
+	}
+	printStatus(stdout, s, wid)
+	return nil
+}
+
+func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
+	state := s.Phase
+	if s.Paused {
+		state += " (paused: the current step finishes, then it waits)"
+	}
+	fmt.Fprintf(w, "campaign %s: %s\n  step %d/%d, policy %s, concurrency %d\n", s.Name, state, s.Step, s.Steps, s.WeightVersion, s.Concurrency)
+	if s.InFlight != "" {
+		fmt.Fprintf(w, "  in flight: %s\n", s.InFlight)
+	}
+	fmt.Fprintf(w, "  aborted %d, failed %d, stale %d rollouts left out of training\n", s.Aborted, s.Failed, s.Stale)
+	if s.ColdEV != nil || s.WarmEV != nil {
+		fmt.Fprintf(w, "  critic explained variance: cold %s, warm %s\n", fmtEV(s.ColdEV), fmtEV(s.WarmEV))
+	}
+	for _, r := range s.Recent {
+		b, _ := json.Marshal(r.Metrics)
+		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, b)
+	}
+	for _, e := range s.Evals {
+		fmt.Fprintf(w, "  eval %s\n", e)
+	}
+	fmt.Fprintf(w, "  %s\n", config.UIURL(wid))
+}
+
+func fmtEV(p *float64) string {
+	if p == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.3f", *p)
+}
+
+// printEvals is the comparison table across checkpoints.
+func printEvals(w io.Writer, st workflows.CampaignState) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECKPOINT\tPOLICY\tRESOLVED\tMEAN REWARD\tMEAN TURNS\tTIMEOUTS\tBY CATEGORY")
+	for _, e := range st.Evals {
+		s := e.Summary
+		var cats []string
+		for _, k := range sortedStrings(s.ByCategory) {
+			g := s.ByCategory[k]
+			cats = append(cats, fmt.Sprintf("%s %d/%d", k, g.Resolved, g.Scored))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%.3f\t%.1f\t%d\t%s\n", e.Label, e.WeightVersion, 100*s.ResolvedRate, s.MeanReward, s.MeanTurns,
+			s.AgentEnds["agent_timeout"], strings.Join(cats, ", "))
+	}
+	tw.Flush()
+}
+
+func sortedStrings[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

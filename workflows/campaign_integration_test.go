@@ -1,0 +1,219 @@
+package workflows_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/campaign"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+func smallCampaign(t *testing.T, name string) campaign.Config {
+	t.Helper()
+	cfg, err := campaign.Parse("test.toml", fmt.Sprintf(`
+name = %q
+[pools]
+train = "train"
+eval = ["evalset"]
+[policy]
+max_new_tokens = 24
+preset = "small"
+[sft]
+enabled = true
+epochs = 2
+[critic_warmup]
+fit_epochs = 3
+ev_gate = -1000.0
+[ppo]
+steps = 2
+tasks_per_step = 2
+concurrency = 2
+turn_cap = 2
+max_failed_share = 0.5
+continue_as_new_every = 1
+[eval]
+turn_cap = 2
+every = 0
+`, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func (r *rig) pools(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	refs := r.load(t, "../examples/tasks/log-level-counter", "../examples/tasks/sort-photos-by-date")
+	for _, p := range []string{"train", "evalset"} {
+		if _, _, err := task.ImportRefs(ctx, r.st, p, refs); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestCampaignEndToEndWithTrainerCrash(t *testing.T) {
+	r := newRig(t, true)
+	home := t.TempDir()
+	l := testenv.GPUWorker(t, r.c, r.st, home)
+	r.pools(t)
+	name := fmt.Sprintf("c%d", time.Now().UnixNano()%1e9)
+	cfg := smallCampaign(t, name)
+	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.CampaignWorkflowID(name), TaskQueue: ids.ControlQueue},
+		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Kill the trainer process in the middle of the first PPO step.
+	killed := make(chan bool, 1)
+	go func() {
+		deadline := time.Now().Add(10 * time.Minute)
+		for time.Now().Before(deadline) {
+			p, err := l.Acts.Trainer.Progress(context.Background())
+			if err == nil && p.Op != nil && *p.Op == "ppo_step" {
+				l.Trainer.Kill()
+				killed <- true
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		killed <- false
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	var res workflows.CampaignResult
+	if err := run.Get(ctx, &res); err != nil {
+		r.explain(t, name)
+		t.Fatal(err)
+	}
+	st := res.State
+	if st.Phase != workflows.PhaseDone || st.Step != 2 || len(st.Steps) != 2 || st.Runs < 2 {
+		t.Fatalf("campaign state: phase %s, step %d, %d step records, %d runs", st.Phase, st.Step, len(st.Steps), st.Runs)
+	}
+	for _, s := range st.Steps {
+		if s.Trained < 1 || s.Metrics["policy_loss"] == nil || s.Rollouts != 2 || s.Stale != 0 {
+			t.Errorf("step %d: %+v", s.Step, s)
+		}
+	}
+	if st.Steps[0].PolicyVersion == st.Steps[1].PolicyVersion {
+		t.Errorf("both steps sampled with policy %s: inference was not updated", st.Steps[0].PolicyVersion)
+	}
+	var labels []string
+	for _, e := range st.Evals {
+		labels = append(labels, e.Label)
+		if e.Summary.Rollouts != 2 {
+			t.Errorf("eval %s: %d rollouts", e.Label, e.Summary.Rollouts)
+		}
+	}
+	if strings.Join(labels, ",") != "base,sft,final" || st.ColdEV == nil {
+		t.Errorf("evals %v, cold EV %v", labels, st.ColdEV)
+	}
+	if !<-killed {
+		t.Fatal("the trainer was never caught in a PPO step")
+	}
+	if l.Trainer.Restarts() < 1 {
+		t.Fatal("the trainer was killed but not restarted")
+	}
+	// Each step trained exactly once, even with the crash.
+	log, _ := os.ReadFile(filepath.Join(home, "gpu", "trainer", "ops.log"))
+	for step := 1; step <= 2; step++ {
+		if n := strings.Count(string(log), fmt.Sprintf("commit ppo_step %s/ppo/%d ", name, step)); n != 1 {
+			t.Errorf("step %d committed %d times:\n%s", step, n, log)
+		}
+	}
+	if !strings.Contains(string(log), "abort ppo_step") && !strings.Contains(string(log), fmt.Sprintf("begin ppo_step %s/ppo/1", name)) {
+		t.Errorf("no trace of the interrupted step in ops.log:\n%s", log)
+	}
+	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 {
+		t.Errorf("sandboxes left: %v", left)
+	}
+}
+
+func TestCampaignPauseResumeAndStatus(t *testing.T) {
+	r := newRig(t, true)
+	testenv.GPUWorker(t, r.c, r.st, t.TempDir())
+	r.pools(t)
+	name := fmt.Sprintf("p%d", time.Now().UnixNano()%1e9)
+	cfg := smallCampaign(t, name)
+	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd = false, false, false
+	wid := workflows.CampaignWorkflowID(name)
+	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue},
+		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdatePause, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s workflows.CampaignStatus
+	if err := h.Get(ctx, &s); err != nil || !s.Paused {
+		t.Fatalf("pause: %+v %v", s, err)
+	}
+	if _, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdateSetConcurrency, Args: []any{0}, WaitForStage: client.WorkflowUpdateStageCompleted}); err == nil {
+		t.Error("set_concurrency 0 must be rejected")
+	}
+	// While paused, the campaign finishes what it was doing and then waits.
+	time.Sleep(8 * time.Second)
+	v, err := r.c.QueryWorkflow(ctx, wid, "", workflows.QueryStatus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v.Get(&s)
+	stepWhilePaused := s.Step
+	time.Sleep(5 * time.Second)
+	v, _ = r.c.QueryWorkflow(ctx, wid, "", workflows.QueryStatus)
+	v.Get(&s)
+	if s.Step != stepWhilePaused || !s.Paused {
+		t.Fatalf("a paused campaign kept stepping: %d then %d", stepWhilePaused, s.Step)
+	}
+	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 && s.InFlight == "" {
+		t.Errorf("a paused campaign left sandboxes running: %v", left)
+	}
+	if _, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdateResume, WaitForStage: client.WorkflowUpdateStageCompleted}); err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	var res workflows.CampaignResult
+	if err := run.Get(cctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.State.Step != 2 || res.State.Phase != workflows.PhaseDone {
+		t.Fatalf("after resume: %+v", res.State)
+	}
+}
+
+// explain prints the campaign's workflows and their failures.
+func (r *rig) explain(t *testing.T, campaignName string) {
+	resp, err := r.c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+		Query: fmt.Sprintf("CampaignID STARTS_WITH '%s'", campaignName), PageSize: 200})
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, e := range resp.Executions {
+		t.Logf("%s %s %s", e.Type.Name, e.Execution.WorkflowId, e.Status)
+		if e.Status.String() != "Completed" {
+			d, err := r.c.DescribeWorkflowExecution(context.Background(), e.Execution.WorkflowId, e.Execution.RunId)
+			if err == nil {
+				for _, a := range d.PendingActivities {
+					t.Logf("  pending %s attempt %d: %v", a.ActivityType.Name, a.Attempt, a.LastFailure)
+				}
+			}
+		}
+	}
+}
