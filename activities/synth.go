@@ -236,7 +236,7 @@ func (a *Activities) ImportToPool(ctx context.Context, in ImportInput) (int, err
 
 // SampleInput picks tasks from a pool.
 type SampleInput struct {
-	Pool string `json:"pool"`
+	Pool  string `json:"pool"`
 	N     int    `json:"n"`     // 0: all
 	Seed  string `json:"seed"`  // the same seed picks the same tasks
 	Cycle bool   `json:"cycle"` // repeat tasks when the pool has fewer than N
