@@ -454,17 +454,18 @@ func waitWithProgress(ctx context.Context, c client.Client, run client.WorkflowR
 			if v.Get(&p) != nil {
 				continue
 			}
-			line := fmt.Sprintf("%d/%d %s, %d running, %d good, %s elapsed", p.Done, p.Total, noun, p.Running, p.Resolved, time.Since(start).Round(time.Second))
+			counts := fmt.Sprintf("%d/%d %s, %d running, %d good", p.Done, p.Total, noun, p.Running, p.Resolved)
+			line := fmt.Sprintf("%s, %s elapsed", counts, time.Since(start).Round(time.Second))
 			if p.Done > 0 && p.Done < p.Total {
 				eta := time.Duration(float64(time.Since(start)) / float64(p.Done) * float64(p.Total-p.Done))
 				line += fmt.Sprintf(", ETA %s", eta.Round(time.Second))
 			}
 			if tty {
 				fmt.Fprintf(stderr, "\r%-100s", line)
-			} else if line != last && (p.Done != 0 || last == "") {
-				fmt.Fprintln(stderr, line)
+			} else if counts != last {
+				fmt.Fprintln(stderr, line) // off a terminal, a line only when the counts change
 			}
-			last = line
+			last = counts
 		}
 	}
 }

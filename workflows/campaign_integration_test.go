@@ -163,8 +163,12 @@ func TestCampaignPauseResumeAndStatus(t *testing.T) {
 	if err := h.Get(ctx, &s); err != nil || !s.Paused {
 		t.Fatalf("pause: %+v %v", s, err)
 	}
-	if _, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdateSetConcurrency, Args: []any{0}, WaitForStage: client.WorkflowUpdateStageCompleted}); err == nil {
-		t.Error("set_concurrency 0 must be rejected")
+	bad, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdateSetConcurrency, Args: []any{0}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	if err == nil {
+		err = bad.Get(ctx, nil)
+	}
+	if err == nil || !strings.Contains(err.Error(), "must be between 1 and 1024") {
+		t.Errorf("set_concurrency 0 must be rejected, got %v", err)
 	}
 	// While paused, the campaign finishes what it was doing and then waits.
 	time.Sleep(8 * time.Second)
