@@ -62,9 +62,10 @@ def gae(rewards, values, gamma=1.0, lam=1.0):
 
 
 def explained_variance(y_pred, y_true):
-    """1 - Var[y - y_pred] / Var[y]; nan when Var[y] = 0."""
-    var_y = torch.var(y_true, unbiased=False)
-    if var_y == 0:
+    """1 - Var[y - y_pred] / Var[y]; nan when y (nearly) does not vary, where
+    the ratio is rounding noise (equal float32 returns give Var ~ 1e-16)."""
+    var_y = torch.var(y_true.double(), unbiased=False)
+    if var_y < 1e-8:
         return float("nan")
     return float(1 - torch.var(y_true - y_pred, unbiased=False) / var_y)
 

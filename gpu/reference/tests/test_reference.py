@@ -213,3 +213,8 @@ def test_chat_completions():
     assert r["usage"]["completion_tokens"] <= 8
     with pytest.raises(httpjson.HTTPError):
         eng.chat({"messages": [{"role": "robot", "content": "x"}]})
+
+
+def test_explained_variance_of_constant_returns_is_undefined():
+    y = torch.full((10,), 0.05, dtype=torch.float32)
+    assert math.isnan(ppo.explained_variance(torch.zeros(10), y))
