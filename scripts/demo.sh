@@ -53,6 +53,7 @@ bin/starter audit --pool demo-synth --keep-pool demo-train --eval-pool examples
 echo
 echo "== 4. the campaign: SFT, critic warm-up, PPO, evals (a few minutes on 2 cores)"
 bin/starter campaign start -f examples/campaigns/demo.toml --wait
+bin/starter report demo --html "$STATE/demo-report.html"
 
 echo
 echo "Temporal UI: http://localhost:${T1FLOW_UI_PORT:-8233} (the dev server keeps running; 'make stop' stops it)"

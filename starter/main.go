@@ -50,6 +50,8 @@ commands:
   campaign start -f FILE [--wait] | status NAME | pause NAME | resume NAME | cancel NAME
            | set-concurrency NAME N | list
                                     run and steer a training campaign (SFT, critic warm-up, PPO, evals)
+  report CAMPAIGN (--html FILE | --json)
+                                    plots of reward, EV, log-prob gap, turns and evals per checkpoint
   trace ROLLOUT_ID|TASK_ID          a rollout's turns, assertions, reward, drift and routing reports
   reap [--host H] [--ttl D]         run the reaper for a sandbox host now
 
@@ -97,6 +99,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		err = auditCmd(ctx, args[1:], stdout, stderr)
 	case args[0] == "campaign":
 		err = campaignCmd(ctx, args[1:], stdout, stderr)
+	case args[0] == "report":
+		err = reportCmd(ctx, args[1:], stdout)
 	case args[0] == "trace":
 		err = trace(ctx, args[1:], stdout)
 	case args[0] == "reap":
