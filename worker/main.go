@@ -91,7 +91,12 @@ func run() error {
 		}
 	}
 
-	c, err := config.Dial(ctx, level)
+	tracing, flush, err := config.Tracing(ctx, "worker")
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	defer flush(context.Background())
+	c, err := config.Dial(ctx, level, tracing)
 	if err != nil {
 		return err
 	}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -201,6 +202,11 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 		}
 		return cmd
 	}
+	traces := filepath.Join(testenv.StateDir(), "traces", "worker.jsonl")
+	before := int64(0)
+	if st, err := os.Stat(traces); err == nil {
+		before = st.Size()
+	}
 	w := start()
 	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
 
@@ -255,6 +261,13 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	}
 	if resp.Count != int64(len(refs)) {
 		t.Errorf("%d rollout executions for %d rollouts", resp.Count, len(refs))
+	}
+
+	// The worker traces workflows and activities with OpenTelemetry (to a file by default).
+	time.Sleep(6 * time.Second) // the span batcher exports every 5 s
+	b, _ := os.ReadFile(traces)
+	if int64(len(b)) <= before || !strings.Contains(string(b[before:]), "RolloutWorkflow") || !strings.Contains(string(b[before:]), "AgentTurn") {
+		t.Errorf("no rollout spans in %s", traces)
 	}
 
 	// A leftover from a crash whose workflow is gone: the reaper removes it.

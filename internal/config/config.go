@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	tlog "go.temporal.io/sdk/log"
 
 	"github.com/t1flow/t1flow/internal/store"
@@ -55,15 +56,16 @@ func Namespace() string {
 }
 
 // Dial connects to $TEMPORAL_ADDRESS (default localhost:7233).
-func Dial(ctx context.Context, logLevel slog.Level) (client.Client, error) {
+func Dial(ctx context.Context, logLevel slog.Level, interceptors ...interceptor.ClientInterceptor) (client.Client, error) {
 	addr := os.Getenv("TEMPORAL_ADDRESS")
 	if addr == "" {
 		addr = "127.0.0.1:7233"
 	}
 	c, err := client.DialContext(ctx, client.Options{
-		HostPort:  addr,
-		Namespace: Namespace(),
-		Logger:    tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))),
+		HostPort:     addr,
+		Namespace:    Namespace(),
+		Logger:       tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))),
+		Interceptors: interceptors,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("temporal at %s: %w (start it with `make dev`)", addr, err)
