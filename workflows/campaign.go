@@ -79,6 +79,10 @@ type CampaignState struct {
 	Paused        bool             `json:"paused"`
 	Concurrency   int              `json:"concurrency"`
 	Runs          int              `json:"runs"` // workflow runs so far (continue-as-new)
+	// Epoch names this execution of the campaign in trainer keys: a crash
+	// resumes it (same keys, each step trained once); starting the campaign
+	// again after it failed is a new epoch.
+	Epoch string `json:"epoch"`
 }
 
 // CampaignInput is the config and, after continue-as-new, the state.
@@ -128,6 +132,12 @@ func CampaignWorkflow(ctx workflow.Context, in CampaignInput) (CampaignResult, e
 		c.st = &CampaignState{Phase: PhaseBaseEval, Concurrency: in.Config.PPO.Concurrency, Steps: []StepRecord{}, Evals: []CheckpointEval{}}
 	}
 	c.st.Runs++
+	if c.st.Epoch == "" {
+		c.st.Epoch = workflow.GetInfo(ctx).FirstRunID
+		if len(c.st.Epoch) > 8 {
+			c.st.Epoch = c.st.Epoch[len(c.st.Epoch)-8:]
+		}
+	}
 	if err := c.setup(ctx); err != nil {
 		return CampaignResult{}, err
 	}
@@ -242,6 +252,12 @@ func (c *campaignRun) run(ctx workflow.Context) (CampaignResult, error) {
 			st.URLs, st.WeightVersion = info.URLs, info.WeightVersion
 		}
 	}
+	if st.Checkpoint == nil {
+		// Inference starts from exactly the trainer's weights.
+		if err := c.checkpoint(ctx, "init"); err != nil {
+			return CampaignResult{}, err
+		}
+	}
 	c.details(ctx)
 	if st.Phase == PhaseBaseEval {
 		if cfg.Eval.Base {
@@ -320,10 +336,13 @@ type CampaignReportData struct {
 	State  CampaignState   `json:"state"`
 }
 
+// key is a trainer idempotency key (and checkpoint name) of this campaign epoch.
+func (c *campaignRun) key(what string) string { return c.cfg.Name + "/" + c.st.Epoch + "/" + what }
+
 // checkpoint saves the trainer's weights and loads them into inference.
 func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
 	var ck gpu.Checkpoint
-	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "save checkpoint "+label), gact.TrainerSave, gpu.SaveInput{Name: c.cfg.Name + "/" + label}).Get(ctx, &ck); err != nil {
+	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "save checkpoint "+label), gact.TrainerSave, gpu.SaveInput{Name: c.key(label)}).Get(ctx, &ck); err != nil {
 		return err
 	}
 	var version string
@@ -398,7 +417,7 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 	}
 	var m gpu.Metrics
 	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
-		Key: c.cfg.Name + "/sft/0", Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
+		Key: c.key("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
 	}).Get(ctx, &m); err != nil {
 		return err
 	}
@@ -416,7 +435,7 @@ func (c *campaignRun) warmup(ctx workflow.Context) error {
 		StaticSummary: "critic warm-up of " + c.cfg.Name})
 	var res WarmupResult
 	err = workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
-		Campaign: c.cfg.Name, Tasks: tasks, Agent: c.agent(), TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency,
+		Campaign: c.cfg.Name, KeyPrefix: c.key(""), Tasks: tasks, Agent: c.agent(), TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency,
 		Epochs: c.cfg.CriticWarmup.Epochs, FitEpochs: c.cfg.CriticWarmup.FitEpochs, Gate: c.cfg.CriticWarmup.EVGate,
 		MaxRounds: c.cfg.CriticWarmup.MaxRounds, Preset: c.cfg.Policy.Preset, Version: c.st.WeightVersion,
 	}).Get(ctx, &res)
@@ -440,7 +459,7 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		StaticSummary: fmt.Sprintf("%s PPO step %d", c.cfg.Name, step)})
 	var res StepRecord
 	err = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
-		Campaign: c.cfg.Name, Step: step, Tasks: tasks, Agent: c.agent(), TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S,
+		Campaign: c.cfg.Name, KeyPrefix: c.key(""), Step: step, Tasks: tasks, Agent: c.agent(), TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S,
 		Concurrency: c.st.Concurrency, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Version: c.st.WeightVersion, Preset: c.cfg.Policy.Preset,
 	}).Get(ctx, &res)
 	if err != nil {
@@ -463,6 +482,7 @@ func PPOStepWorkflowID(campaignName string, step int) string {
 // PPOStepInput is one PPO step: the tasks, the sampling policy and version.
 type PPOStepInput struct {
 	Campaign       string               `json:"campaign"`
+	KeyPrefix      string               `json:"key_prefix"` // trainer keys: <prefix>ppo/<step>
 	Step           int                  `json:"step"`
 	Tasks          []task.Ref           `json:"tasks"`
 	Agent          activities.AgentSpec `json:"agent"`
@@ -549,7 +569,7 @@ func PPOStepWorkflow(ctx workflow.Context, in PPOStepInput) (StepRecord, error) 
 		Summary: fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)),
 	})
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
-		Key: fmt.Sprintf("%s/ppo/%d", in.Campaign, in.Step), Trajectories: col.batch, Preset: in.Preset, Hyper: in.Hyper,
+		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Preset: in.Preset, Hyper: in.Hyper,
 	}).Get(ctx, &rec.Metrics)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("trained on %d of %d rollouts, reward %.3f", rec.Trained, rec.Rollouts, rec.RewardMean))
 	return rec, err
@@ -558,6 +578,7 @@ func PPOStepWorkflow(ctx workflow.Context, in PPOStepInput) (StepRecord, error) 
 // WarmupInput is the critic warm-up: rollouts of the frozen initial policy, then critic_fit.
 type WarmupInput struct {
 	Campaign    string               `json:"campaign"`
+	KeyPrefix   string               `json:"key_prefix"` // trainer keys: <prefix>critic/<round>
 	Tasks       []task.Ref           `json:"tasks"`
 	Agent       activities.AgentSpec `json:"agent"`
 	TurnCap     int                  `json:"turn_cap"`
@@ -607,7 +628,7 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 		}
 		var m gpu.Metrics
 		if err := workflow.ExecuteActivity(gctx, gact.TrainerCriticFit, gpu.TrainInput{
-			Key: fmt.Sprintf("%s/critic/%d", in.Campaign, round), Trajectories: batch, Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
+			Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
 		}).Get(ctx, &m); err != nil {
 			return res, err
 		}

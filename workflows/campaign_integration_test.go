@@ -129,11 +129,11 @@ func TestCampaignEndToEndWithTrainerCrash(t *testing.T) {
 	// Each step trained exactly once, even with the crash.
 	log, _ := os.ReadFile(filepath.Join(home, "gpu", "trainer", "ops.log"))
 	for step := 1; step <= 2; step++ {
-		if n := strings.Count(string(log), fmt.Sprintf("commit ppo_step %s/ppo/%d ", name, step)); n != 1 {
+		if n := strings.Count(string(log), fmt.Sprintf("commit ppo_step %s/%s/ppo/%d ", name, st.Epoch, step)); n != 1 {
 			t.Errorf("step %d committed %d times:\n%s", step, n, log)
 		}
 	}
-	if !strings.Contains(string(log), "abort ppo_step") && !strings.Contains(string(log), fmt.Sprintf("begin ppo_step %s/ppo/1", name)) {
+	if !strings.Contains(string(log), fmt.Sprintf("begin ppo_step %s/%s/ppo/1", name, st.Epoch)) {
 		t.Errorf("no trace of the interrupted step in ops.log:\n%s", log)
 	}
 	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 {
