@@ -95,35 +95,15 @@ func Import(ctx context.Context, s store.Store, pool string, tasks []*Task) (*Po
 	if err := ValidatePoolName(pool); err != nil {
 		return nil, 0, err
 	}
-	p, err := LoadPool(ctx, s, pool)
-	if errors.Is(err, store.ErrNotFound) {
-		p, err = &Pool{Name: pool}, nil
-	}
-	if err != nil {
-		return nil, 0, err
-	}
-	have := map[string]bool{}
-	for _, r := range p.Tasks {
-		have[r.ID] = true
-	}
-	added := 0
+	refs := make([]Ref, 0, len(tasks))
 	for _, t := range tasks {
-		if have[t.ID] {
-			continue
-		}
 		r, err := Bundle(ctx, s, t)
 		if err != nil {
 			return nil, 0, err
 		}
-		p.Tasks = append(p.Tasks, r)
-		have[t.ID] = true
-		added++
+		refs = append(refs, r)
 	}
-	sort.Slice(p.Tasks, func(i, j int) bool { return p.Tasks[i].Name < p.Tasks[j].Name })
-	if _, err := store.PutJSON(ctx, s, poolKey(pool), p); err != nil {
-		return nil, 0, err
-	}
-	return p, added, nil
+	return ImportRefs(ctx, s, pool, refs)
 }
 
 // LoadPool reads a pool; a missing pool wraps store.ErrNotFound.
