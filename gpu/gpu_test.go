@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -294,5 +295,35 @@ func TestTrainerActivityHeartbeatsProgress(t *testing.T) {
 	}
 	if len(beats) == 0 || *beats[len(beats)-1].Op != "critic_fit" || beats[len(beats)-1].Total != 12 {
 		t.Fatalf("heartbeats did not carry the trainer's progress: %+v", beats)
+	}
+}
+
+// A worker killed with -9 leaves its GPU processes running; the next
+// supervisor of the same PID file stops the orphan before starting.
+func TestSupervisorStopsOrphans(t *testing.T) {
+	needTorch(t)
+	dir := t.TempDir()
+	mk := func() *Supervisor {
+		return &Supervisor{Name: "inference", Command: InferenceCommand("", Slot{}, "--threads", "1"),
+			LogPath: filepath.Join(dir, "inf.log"), PIDFile: filepath.Join(dir, "inf.pid")}
+	}
+	first := mk()
+	if err := first.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	orphan := first.PID()
+	// Simulate the worker's death: forget the first supervisor without stopping it.
+	first.mu.Lock()
+	first.stopping = true
+	first.mu.Unlock()
+	second := mk()
+	if err := second.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+	time.Sleep(200 * time.Millisecond)
+	if err := syscall.Kill(orphan, 0); err == nil {
+		syscall.Kill(orphan, syscall.SIGKILL)
+		t.Fatalf("orphan %d still runs beside %d", orphan, second.PID())
 	}
 }

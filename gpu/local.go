@@ -42,7 +42,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	}
 	l := &Local{Trainer: &Supervisor{
 		Name: "trainer", Command: TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, extra...),
-		Env: trainerSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "trainer.log"),
+		Env: trainerSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "trainer.log"), PIDFile: filepath.Join(work, "trainer.pid"),
 	}}
 	if err := l.Trainer.Start(ctx); err != nil {
 		return nil, fmt.Errorf("trainer: %w (python: %s; it needs PyTorch: apt-get install python3-torch libopenblas0-pthread)", err, Python())
@@ -51,7 +51,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	if url == "" {
 		l.Inference = &Supervisor{
 			Name: "inference", Command: InferenceCommand(model, infSlot, o.ServerArgs...),
-			Env: infSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "inference.log"),
+			Env: infSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
 		}
 		if err := l.Inference.Start(ctx); err != nil {
 			l.Trainer.Stop()

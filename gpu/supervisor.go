@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -48,6 +49,10 @@ type Supervisor struct {
 	// Health reports whether the process answers; nil probes GET /health.
 	Health        func(ctx context.Context, baseURL string) error
 	HealthTimeout time.Duration
+	// PIDFile records the process, so a supervisor started after its worker
+	// was killed (-9 leaves the process group running) stops the orphan first:
+	// two trainers must never share one state directory.
+	PIDFile string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -121,10 +126,42 @@ func (s *Supervisor) args() []string {
 	return out
 }
 
+// stopOrphan kills a process left by an earlier supervisor of the same
+// PIDFile, if it is still the same program.
+func (s *Supervisor) stopOrphan() {
+	if s.PIDFile == "" {
+		return
+	}
+	b, err := os.ReadFile(s.PIDFile)
+	if err != nil {
+		return
+	}
+	var pid int
+	if _, err := fmt.Sscan(string(b), &pid); err != nil || pid <= 1 {
+		return
+	}
+	// Only if that PID still runs our program (the script, for python ones):
+	// a recycled PID belongs to someone else.
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	args := s.args()
+	if err != nil || !strings.Contains(string(cmdline), filepath.Base(args[min(1, len(args)-1)])) {
+		return
+	}
+	syscall.Kill(-pid, syscall.SIGKILL)
+	syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 100; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
 func (s *Supervisor) launch() error {
 	if err := os.MkdirAll(filepath.Dir(s.LogPath), 0o755); err != nil {
 		return err
 	}
+	s.stopOrphan()
 	logf, err := os.OpenFile(s.LogPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
@@ -139,6 +176,10 @@ func (s *Supervisor) launch() error {
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("%s: start %s: %w", s.Name, args[0], err)
+	}
+	if s.PIDFile != "" {
+		os.MkdirAll(filepath.Dir(s.PIDFile), 0o755)
+		os.WriteFile(s.PIDFile, []byte(fmt.Sprint(cmd.Process.Pid)), 0o644)
 	}
 	exited := make(chan struct{})
 	go func() {
