@@ -174,6 +174,10 @@ func run(out string, n, turns int) error {
 	if err != nil {
 		return err
 	}
+	camp, err := benchCampaign(ctx, c, st, filepath.Join(tmp, "campaign"), ref)
+	if err != nil {
+		return err
+	}
 
 	// Baseline: the same turns as a bare docker exec loop in one container.
 	cid, err := exec.Command("docker", "run", "-d", "--network", "none", img, "sleep", "600").Output()
@@ -216,6 +220,7 @@ func run(out string, n, turns int) error {
 		"labels, and the image-cache lookup.\n")
 	b.WriteString(harness)
 	b.WriteString(rst)
+	b.WriteString(camp)
 
 	// The GPU side: the reference trainer and inference server, measured by
 	// their own benchmark in the same run.
