@@ -191,5 +191,5 @@ func Parse(file, text string) (Config, error) {
 	return c, nil
 }
 
-// String lists the fields at fault, one per line.
+// Describe lists the fields at fault, one per line, indented under a heading.
 func Describe(err error) string { return strings.ReplaceAll(err.Error(), "\n", "\n  ") }
