@@ -143,6 +143,12 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 	if err != nil {
 		return CreateSandboxResult{}, err
 	}
+	if ctx.Err() != nil {
+		// The rollout was cancelled while the sandbox was being made: nobody
+		// will destroy it, so do it now.
+		a.Docker.Remove(context.WithoutCancel(ctx), id)
+		return CreateSandboxResult{}, ctx.Err()
+	}
 	return CreateSandboxResult{
 		Sandbox:            Sandbox{ContainerID: id, Name: name, Host: a.Host, HostQueue: ids.SandboxHostQueue(a.Host)},
 		Image:              img,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -377,7 +378,8 @@ func (c *campaignRun) eval(ctx workflow.Context, label string) error {
 	c.details(ctx)
 	sweep := fmt.Sprintf("%s-eval-%s", ids.Clean(c.cfg.Name), label)
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: ids.EvalSweepWorkflowID(sweep), TaskQueue: ids.ControlQueue,
-		StaticSummary: fmt.Sprintf("eval %s at %s (%s)", c.cfg.Name, label, c.st.WeightVersion)})
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		StaticSummary:     fmt.Sprintf("eval %s at %s (%s)", c.cfg.Name, label, c.st.WeightVersion)})
 	var res EvalSweepResult
 	err := workflow.ExecuteChildWorkflow(cctx, EvalSweepWorkflow, EvalSweepInput{
 		SweepID: sweep, Tasks: tasks, Agent: c.agent(), Attempts: c.cfg.Eval.Attempts, Concurrency: c.cfg.Eval.Concurrency,
@@ -432,7 +434,8 @@ func (c *campaignRun) warmup(ctx workflow.Context) error {
 		return err
 	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: "warmup/" + ids.Clean(c.cfg.Name), TaskQueue: ids.ControlQueue,
-		StaticSummary: "critic warm-up of " + c.cfg.Name})
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		StaticSummary:     "critic warm-up of " + c.cfg.Name})
 	var res WarmupResult
 	err = workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
 		Campaign: c.cfg.Name, KeyPrefix: c.key(""), Tasks: tasks, Agent: c.agent(), TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency,
@@ -456,7 +459,8 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		return err
 	}
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: PPOStepWorkflowID(c.cfg.Name, step), TaskQueue: ids.ControlQueue,
-		StaticSummary: fmt.Sprintf("%s PPO step %d", c.cfg.Name, step)})
+		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		StaticSummary:     fmt.Sprintf("%s PPO step %d", c.cfg.Name, step)})
 	var res StepRecord
 	err = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
 		Campaign: c.cfg.Name, KeyPrefix: c.key(""), Step: step, Tasks: tasks, Agent: c.agent(), TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S,

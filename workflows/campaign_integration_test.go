@@ -221,3 +221,51 @@ func (r *rig) explain(t *testing.T, campaignName string) {
 		}
 	}
 }
+
+func TestCampaignCancelLeavesNoSandboxOrPartialCheckpoint(t *testing.T) {
+	r := newRig(t, true)
+	home := t.TempDir()
+	testenv.GPUWorker(t, r.c, r.st, home)
+	r.pools(t)
+	name := fmt.Sprintf("x%d", time.Now().UnixNano()%1e9)
+	cfg := smallCampaign(t, name)
+	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd = false, false, false
+	wid := workflows.CampaignWorkflowID(name)
+	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue},
+		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cancel while rollouts hold sandboxes.
+	deadline := time.Now().Add(5 * time.Minute)
+	for len(testenv.Containers(t, activities.LabelHost, r.host)) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no sandbox ever ran")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if err := r.c.CancelWorkflow(context.Background(), wid, ""); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	if err := run.Get(ctx, nil); err == nil {
+		t.Fatal("a cancelled campaign should end cancelled")
+	}
+	for {
+		left := testenv.Containers(t, activities.LabelHost, r.host)
+		if len(left) == 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("sandboxes left after cancel: %v", left)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	// Checkpoints are written to a temp directory and renamed: none is half-written.
+	tmp, _ := filepath.Glob(filepath.Join(home, "gpu", "checkpoints", "*", "*.tmp"))
+	more, _ := filepath.Glob(filepath.Join(home, "gpu", "checkpoints", "*.tmp"))
+	if len(tmp)+len(more) != 0 {
+		t.Fatalf("half-written checkpoints: %v %v", tmp, more)
+	}
+}

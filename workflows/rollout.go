@@ -137,6 +137,9 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 		TaskQueue:           ids.SandboxQueue,
 		StartToCloseTimeout: time.Hour, // may build the task image
 		HeartbeatTimeout:    30 * time.Second,
+		// On cancellation, wait for the creation to settle: a sandbox it made
+		// is then known here and destroyed, or removed by the activity itself.
+		WaitForCancellation: true,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: time.Second, MaximumAttempts: 3,
 			NonRetryableErrorTypes: []string{activities.ErrTaskInvalid, activities.ErrBadInput},
