@@ -293,15 +293,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 
 	// Act on the response.
 	text := resp.Text
-	action, perr := ParseAction(text)
-	var cmds []Keys
-	var summary []string
-	if perr == nil {
-		cmds = action.Commands
-		for _, c := range cmds {
-			summary = append(summary, strings.TrimSpace(c.Keystrokes))
-		}
-	}
+	action, cmds, summary, perr := parseTurn(text)
 	budget := time.Duration(in.TimeoutSec * float64(time.Second))
 	tTerm := time.Now()
 	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, ep.offset, budget)
@@ -353,6 +345,20 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		return TurnResult{}, err
 	}
 	return seg.Result, nil
+}
+
+// parseTurn reads the model's answer: the action, its keystrokes, and one
+// line per command for the UI summary (empty when the answer is invalid).
+func parseTurn(text string) (Action, []Keys, []string, error) {
+	action, err := ParseAction(text)
+	if err != nil {
+		return action, nil, nil, err
+	}
+	summary := make([]string, 0, len(action.Commands))
+	for _, c := range action.Commands {
+		summary = append(summary, strings.TrimSpace(c.Keystrokes))
+	}
+	return action, action.Commands, summary, nil
 }
 
 // stitchCase names how generation stopped.
@@ -472,15 +478,7 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		return TurnResult{}, inferenceErr(err)
 	}
 	seg.Messages = append(seg.Messages, gpu.ChatMessage{Role: "assistant", Content: text})
-	action, perr := ParseAction(text)
-	var cmds []Keys
-	var summary []string
-	if perr == nil {
-		cmds = action.Commands
-		for _, c := range cmds {
-			summary = append(summary, strings.TrimSpace(c.Keystrokes))
-		}
-	}
+	action, cmds, summary, perr := parseTurn(text)
 	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, seg.PaneOffset, time.Duration(in.TimeoutSec*float64(time.Second)))
 	if err != nil {
 		return TurnResult{}, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)

@@ -202,6 +202,13 @@ func (c *campaignRun) details(ctx workflow.Context) {
 }
 
 func (c *campaignRun) gpuCtx(ctx workflow.Context, summary string) workflow.Context {
+	return gpuActivityCtx(ctx, summary)
+}
+
+// gpuActivityCtx is how every trainer and inference call is made: long,
+// heartbeated, and retried through trainer restarts (the idempotency key makes
+// a retried step train once).
+func gpuActivityCtx(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           ids.GPUQueue,
 		StartToCloseTimeout: 4 * time.Hour,
@@ -566,12 +573,7 @@ func PPOStepWorkflow(ctx workflow.Context, in PPOStepInput) (StepRecord, error) 
 	}
 	rec.RewardMean = col.reward / float64(len(col.batch))
 	rec.MeanTurns = col.turns / float64(len(col.batch))
-	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.GPUQueue, StartToCloseTimeout: 4 * time.Hour, HeartbeatTimeout: 2 * time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-			MaximumAttempts: 30, NonRetryableErrorTypes: []string{activities.ErrBadInput}},
-		Summary: fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)),
-	})
+	gctx := gpuActivityCtx(ctx, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)))
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
 		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Preset: in.Preset, Hyper: in.Hyper,
 	}).Get(ctx, &rec.Metrics)
@@ -611,11 +613,7 @@ type WarmupResult struct {
 func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, error) {
 	var res WarmupResult
 	running := 0
-	gctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.GPUQueue, StartToCloseTimeout: 4 * time.Hour, HeartbeatTimeout: 2 * time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-			MaximumAttempts: 30, NonRetryableErrorTypes: []string{activities.ErrBadInput}},
-	})
+	gctx := gpuActivityCtx(ctx, "")
 	for round := 1; round <= max(in.MaxRounds, 1); round++ {
 		res.Rounds = round
 		var batch []gpu.TrajectoryRef
