@@ -305,7 +305,7 @@ func TestSupervisorStopsOrphans(t *testing.T) {
 	dir := t.TempDir()
 	mk := func() *Supervisor {
 		return &Supervisor{Name: "inference", Command: InferenceCommand("", Slot{}, "--threads", "1"),
-			LogPath: filepath.Join(dir, "inf.log"), PIDFile: filepath.Join(dir, "inf.pid")}
+			LogPath: filepath.Join(dir, "inf.log"), PIDFile: filepath.Join(dir, "inf.pid"), PortFile: filepath.Join(dir, "inf.port")}
 	}
 	first := mk()
 	if err := first.Start(context.Background()); err != nil {
@@ -325,5 +325,9 @@ func TestSupervisorStopsOrphans(t *testing.T) {
 	if err := syscall.Kill(orphan, 0); err == nil {
 		syscall.Kill(orphan, syscall.SIGKILL)
 		t.Fatalf("orphan %d still runs beside %d", orphan, second.PID())
+	}
+	// The orphan held the port; the new process serves the same URL anyway.
+	if second.URL() != first.URL() {
+		t.Fatalf("the restarted process moved from %s to %s", first.URL(), second.URL())
 	}
 }

@@ -41,7 +41,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		extra, model = []string{"--init", o.Init}, o.Init
 	}
 	l := &Local{Trainer: &Supervisor{
-		Name: "trainer", Command: TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, extra...),
+		Name: "trainer", PortFile: filepath.Join(work, "trainer.port"), Command: TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, extra...),
 		Env: trainerSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "trainer.log"), PIDFile: filepath.Join(work, "trainer.pid"),
 	}}
 	if err := l.Trainer.Start(ctx); err != nil {
@@ -49,8 +49,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	}
 	url := o.Inference
 	if url == "" {
+		// The server records what it serves, and keeps its port: a worker
+		// restarted after a crash brings back the same URL serving the same
+		// weights, so a campaign's rollouts go on sampling the version it expects.
+		args := append([]string{"--state", filepath.Join(work, "inference.served.json")}, o.ServerArgs...)
 		l.Inference = &Supervisor{
-			Name: "inference", Command: InferenceCommand(model, infSlot, o.ServerArgs...),
+			Name: "inference", PortFile: filepath.Join(work, "inference.port"), Command: InferenceCommand(model, infSlot, args...),
 			Env: infSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
 		}
 		if err := l.Inference.Start(ctx); err != nil {

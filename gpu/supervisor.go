@@ -53,6 +53,9 @@ type Supervisor struct {
 	// was killed (-9 leaves the process group running) stops the orphan first:
 	// two trainers must never share one state directory.
 	PIDFile string
+	// PortFile, when set and Port is 0, keeps the port across restarts of the
+	// worker, so the process's URL stays the same for work already in flight.
+	PortFile string
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -94,6 +97,11 @@ func freePort() (int, error) {
 // Start launches the process and waits until it is healthy; a monitor then
 // restarts it whenever it dies until Stop.
 func (s *Supervisor) Start(ctx context.Context) error {
+	if s.Port == 0 && s.PortFile != "" {
+		// An orphan of a crashed supervisor may still hold the port.
+		s.stopOrphan()
+		s.Port = stablePort(s.PortFile)
+	}
 	if s.Port == 0 {
 		p, err := freePort()
 		if err != nil {
@@ -283,4 +291,25 @@ func (s *Supervisor) Stop() {
 		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-exited
 	}
+}
+
+// stablePort returns the port recorded in file when it is free now, or a new
+// free port (recorded for next time); 0 lets the supervisor choose.
+func stablePort(file string) int {
+	if b, err := os.ReadFile(file); err == nil {
+		var p int
+		if _, err := fmt.Sscan(string(b), &p); err == nil && p > 0 {
+			if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+				l.Close()
+				return p
+			}
+		}
+	}
+	p, err := freePort()
+	if err != nil {
+		return 0
+	}
+	os.MkdirAll(filepath.Dir(file), 0o755)
+	os.WriteFile(file, []byte(fmt.Sprint(p)), 0o644)
+	return p
 }

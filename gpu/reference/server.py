@@ -11,6 +11,7 @@ fault-injection tests it can drop routing from a fraction of responses
 import argparse
 import base64
 import copy
+import json
 import os
 import random
 import threading
@@ -31,7 +32,12 @@ class Engine:
         self.tok = M.Tokenizer()
         self.fault_rng = random.Random(args.fault_seed)
         self.device = args.device
-        if args.model:
+        served = self.last_served()
+        if served:
+            # A restarted server comes back serving what it served before,
+            # so rollouts keep sampling the policy version the campaign expects.
+            self.load(served)
+        elif args.model:
             self.load(args.model)
         else:
             torch.manual_seed(args.seed)
@@ -46,6 +52,33 @@ class Engine:
     def load(self, path):
         m, meta = M.load_checkpoint(path, "model", self.device)
         self.set_model(m, meta.get("version", os.path.basename(os.path.normpath(path))), path)
+
+    def last_served(self):
+        """The checkpoint named by --state, if it is still there."""
+        st = getattr(self.args, "state", None)
+        if not st or not os.path.exists(st):
+            return None
+        try:
+            with open(st) as f:
+                path = json.load(f).get("model_path")
+        except (OSError, ValueError) as e:
+            print(f"ignoring unreadable --state {st}: {e}", flush=True)
+            return None
+        if path and os.path.isdir(path):
+            return path
+        print(f"--state {st} names {path!r}, which is gone; starting from --model", flush=True)
+        return None
+
+    def remember(self, path):
+        st = getattr(self.args, "state", None)
+        if not st:
+            return
+        tmp = st + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump({"model_path": os.path.abspath(path), "weight_version": self.weight_version}, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, st)
 
     def info(self, _=None):
         c = self.model.cfg
@@ -177,6 +210,7 @@ class Engine:
             raise httpjson.HTTPError(400, "model_path is required")
         with self.lock:
             self.load(path)
+            self.remember(path)
         return {"success": True, "message": f"loaded {path}", "weight_version": self.weight_version}
 
     def health_generate(self, _):
@@ -190,6 +224,7 @@ def main():
     ap.add_argument("--port", type=int, default=30000)
     ap.add_argument("--model", help="checkpoint directory (model.safetensors + model.json); default: random init")
     ap.add_argument("--seed", type=int, default=0, help="seed of the random init")
+    ap.add_argument("--state", help="file where the server records the checkpoint it serves; a restart serves it again")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--sample-dtype", choices=list(DTYPES), default="float32")
     ap.add_argument("--router-jitter", type=float, default=0.0, help="std of noise added to router logits when selecting experts")

@@ -10,9 +10,9 @@ import server
 import trainer as T
 
 
-def make_engine(seed=0, sample_dtype="float32", jitter=0.0, drop=0.0, model_dir=None):
+def make_engine(seed=0, sample_dtype="float32", jitter=0.0, drop=0.0, model_dir=None, state=None):
     args = types.SimpleNamespace(model=model_dir, seed=seed, device="cpu", sample_dtype=sample_dtype,
-                                 router_jitter=jitter, drop_routing_frac=drop, fault_seed=1)
+                                 router_jitter=jitter, drop_routing_frac=drop, fault_seed=1, state=state)
     return server.Engine(args)
 
 

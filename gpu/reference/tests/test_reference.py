@@ -218,3 +218,22 @@ def test_chat_completions():
 def test_explained_variance_of_constant_returns_is_undefined():
     y = torch.full((10,), 0.05, dtype=torch.float32)
     assert math.isnan(ppo.explained_variance(torch.zeros(10), y))
+
+
+def test_restarted_server_serves_the_last_loaded_checkpoint(tmp_path):
+    tr = make_trainer(tmp_path / "trainer", seed=3)
+    ck = tmp_path / "ck"
+    tr.save({"dir": str(ck)})
+    state = str(tmp_path / "served.json")
+    eng = make_engine(seed=0, state=state)
+    assert eng.weight_version == "random-0"
+    eng.update_weights({"model_path": str(ck)})
+    loaded = eng.weight_version
+    assert loaded != "random-0"
+    # A new process with the same --state comes back with those weights, not the init.
+    again = make_engine(seed=0, state=state)
+    assert again.weight_version == loaded and again.model_path == os.path.abspath(str(ck))
+    # A state naming a checkpoint that is gone falls back to the init.
+    import shutil
+    shutil.rmtree(ck)
+    assert make_engine(seed=0, state=state).weight_version == "random-0"
