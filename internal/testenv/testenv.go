@@ -80,28 +80,11 @@ func FreePort() int {
 // search attributes and eager activities, and returns a client for it.
 func DevServer(tb testing.TB) (*Server, client.Client) {
 	tb.Helper()
-	bin := os.Getenv("T1FLOW_TEMPORAL_BIN")
-	if bin == "" {
-		bin = filepath.Join(StateDir(), "bin", "temporal")
-	}
-	if _, err := os.Stat(bin); err != nil {
-		unavailable(tb, "Temporal CLI not found at %s: run temporal-dev/dev.sh install", bin)
-	}
+	bin := temporalBin(tb)
 	srvOnce.Do(func() {
-		port := FreePort()
-		args := []string{"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
-		for _, sa := range ids.SearchAttributeFlags {
-			args = append(args, "--search-attribute", sa)
-		}
-		addr := fmt.Sprintf("127.0.0.1:%d", port)
+		addr := fmt.Sprintf("127.0.0.1:%d", FreePort())
 		var dev *testsuite.DevServer
-		dev, srvErr = testsuite.StartDevServer(context.Background(), testsuite.DevServerOptions{
-			ExistingPath:  bin,
-			ClientOptions: &client.Options{HostPort: addr, Namespace: "default"},
-			LogLevel:      "error",
-			ExtraArgs:     args,
-			Stdout:        os.Stderr, Stderr: os.Stderr,
-		})
+		dev, srvErr = testsuite.StartDevServer(context.Background(), devServerOptions(bin, addr))
 		srv = &Server{Dev: dev, Address: addr}
 	})
 	if srvErr != nil {
@@ -113,6 +96,18 @@ func DevServer(tb testing.TB) (*Server, client.Client) {
 	}
 	tb.Cleanup(c.Close)
 	return srv, c
+}
+
+func temporalBin(tb testing.TB) string {
+	tb.Helper()
+	bin := os.Getenv("T1FLOW_TEMPORAL_BIN")
+	if bin == "" {
+		bin = filepath.Join(StateDir(), "bin", "temporal")
+	}
+	if _, err := os.Stat(bin); err != nil {
+		unavailable(tb, "Temporal CLI not found at %s: run temporal-dev/dev.sh install", bin)
+	}
+	return bin
 }
 
 // Stop ends the shared dev server; call it from TestMain.

@@ -1,0 +1,226 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/t1flow/t1flow/internal/ids"
+)
+
+var (
+	buildOnce sync.Once
+	builtBin  string
+	buildErr  error
+)
+
+// WorkerBinary builds t1flow's worker once per test process.
+func WorkerBinary(tb testing.TB) string {
+	tb.Helper()
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "t1flow-worker-bin-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		builtBin = filepath.Join(dir, "worker")
+		cmd := exec.Command("go", "build", "-o", builtBin, "./worker")
+		cmd.Dir = RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("build worker: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		tb.Fatal(buildErr)
+	}
+	return builtBin
+}
+
+// WorkerProcess is the worker binary run as its own process, so a test can
+// kill it with SIGKILL the way a crash or an OOM kill would.
+type WorkerProcess struct {
+	Args []string
+	Env  []string // added to the test's environment
+	Home string   // T1FLOW_HOME: GPU processes' pid files are under Home/gpu
+	Log  string
+
+	mu  sync.Mutex
+	cmd *exec.Cmd
+}
+
+// StartWorkerProcess runs the worker until the test ends.
+func StartWorkerProcess(tb testing.TB, w *WorkerProcess) *WorkerProcess {
+	tb.Helper()
+	bin := WorkerBinary(tb)
+	w.Args = append([]string{bin}, w.Args...)
+	if w.Log == "" {
+		w.Log = filepath.Join(tb.TempDir(), "worker.log")
+	}
+	w.Start(tb)
+	tb.Cleanup(func() {
+		w.Stop()
+		if tb.Failed() {
+			if b, err := os.ReadFile(w.Log); err == nil {
+				tb.Logf("worker log (last 4000 bytes):\n%s", tail(string(b), 4000))
+			}
+		}
+	})
+	return w
+}
+
+// Start launches the worker (again, after Kill9).
+func (w *WorkerProcess) Start(tb testing.TB) {
+	tb.Helper()
+	logf, err := os.OpenFile(w.Log, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o644)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "--- %s: start %v\n", time.Now().Format(time.RFC3339Nano), w.Args)
+	cmd := exec.Command(w.Args[0], w.Args[1:]...)
+	cmd.Env = append(append(os.Environ(), "T1FLOW_HOME="+w.Home), w.Env...)
+	cmd.Stdout, cmd.Stderr = logf, logf
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	w.mu.Lock()
+	w.cmd = cmd
+	w.mu.Unlock()
+}
+
+// Kill9 kills the worker process alone with SIGKILL: its trainer and
+// inference server live on as orphans, as they would after a real crash.
+func (w *WorkerProcess) Kill9(tb testing.TB) {
+	tb.Helper()
+	w.mu.Lock()
+	cmd := w.cmd
+	w.cmd = nil
+	w.mu.Unlock()
+	if cmd == nil {
+		tb.Fatal("worker is not running")
+	}
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Wait()
+	f, _ := os.OpenFile(w.Log, os.O_APPEND|os.O_WRONLY, 0o644)
+	fmt.Fprintf(f, "--- %s: killed with SIGKILL\n", time.Now().Format(time.RFC3339Nano))
+	f.Close()
+}
+
+// Stop ends the worker gracefully (it stops its GPU processes), then makes
+// sure no GPU process of its home is left.
+func (w *WorkerProcess) Stop() {
+	w.mu.Lock()
+	cmd := w.cmd
+	w.cmd = nil
+	w.mu.Unlock()
+	if cmd != nil {
+		cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-done
+		}
+	}
+	for _, pid := range w.GPUPIDs() {
+		syscall.Kill(-pid, syscall.SIGKILL)
+	}
+}
+
+// GPUPIDs are the trainer's and inference server's process IDs from their pid files.
+func (w *WorkerProcess) GPUPIDs() []int {
+	files, _ := filepath.Glob(filepath.Join(w.Home, "gpu", "*.pid"))
+	var out []int
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 1 {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return s[len(s)-n:]
+	}
+	return s
+}
+
+// RestartableServer is a dev server of a test's own, with its state in a
+// database file, so the test can stop Temporal and start it again on the
+// same address with every workflow intact.
+type RestartableServer struct {
+	Address string
+	opts    testsuite.DevServerOptions
+	dev     *testsuite.DevServer
+}
+
+// RestartableDevServer starts one for the test and a client for it.
+func RestartableDevServer(tb testing.TB) (*RestartableServer, client.Client) {
+	tb.Helper()
+	bin := temporalBin(tb)
+	addr := fmt.Sprintf("127.0.0.1:%d", FreePort())
+	s := &RestartableServer{Address: addr, opts: devServerOptions(bin, addr)}
+	s.opts.DBFilename = filepath.Join(tb.TempDir(), "temporal.db")
+	if err := s.Start(); err != nil {
+		tb.Fatalf("start the Temporal dev server: %v", err)
+	}
+	tb.Cleanup(s.Stop)
+	c, err := client.Dial(client.Options{HostPort: addr, Namespace: "default", Logger: quietLogger{}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(c.Close)
+	return s, c
+}
+
+// Start starts the server (again).
+func (s *RestartableServer) Start() error {
+	dev, err := testsuite.StartDevServer(context.Background(), s.opts)
+	if err != nil {
+		return err
+	}
+	s.dev = dev
+	return nil
+}
+
+// Stop stops the server; its database file stays.
+func (s *RestartableServer) Stop() {
+	if s.dev != nil {
+		s.dev.Stop()
+		s.dev = nil
+	}
+}
+
+func devServerOptions(bin, addr string) testsuite.DevServerOptions {
+	args := []string{"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
+	for _, sa := range ids.SearchAttributeFlags {
+		args = append(args, "--search-attribute", sa)
+	}
+	return testsuite.DevServerOptions{
+		ExistingPath:  bin,
+		ClientOptions: &client.Options{HostPort: addr, Namespace: "default"},
+		LogLevel:      "error",
+		ExtraArgs:     args,
+		Stdout:        os.Stderr, Stderr: os.Stderr,
+	}
+}
