@@ -185,6 +185,11 @@ func (a *Activities) TrainerSave(ctx context.Context, in SaveInput) (Checkpoint,
 			activity.RecordHeartbeat(ctx, n)
 		}
 	}
+	// The record goes last: a checkpoint whose upload was cut short has none,
+	// so it is never found by name.
+	if err := putCheckpointRecord(ctx, a.Store, ck); err != nil {
+		return Checkpoint{}, errs.Infraf("%v", err)
+	}
 	return ck, nil
 }
 
@@ -225,8 +230,48 @@ func (a *Activities) TrainerLoad(ctx context.Context, ck Checkpoint) (Health, er
 	return h, nil
 }
 
-// InferenceLoad points the inference server at a stored checkpoint and
-// returns the weight version it now serves.
+// LoadInput names a checkpoint and the inference servers that must serve it.
+type LoadInput struct {
+	Checkpoint Checkpoint `json:"checkpoint"`
+	// URLs of the servers; empty means this worker's local server. Servers
+	// read the checkpoint from this worker's disk, so they run on this host or
+	// share its file system (as SGLang replicas on one node do).
+	URLs []string `json:"urls,omitempty"`
+}
+
+// InferenceLoadAll loads a stored checkpoint into every named server and
+// returns the weight version they all serve now.
+func (a *Activities) InferenceLoadAll(ctx context.Context, in LoadInput) (string, error) {
+	dir, err := a.fetchCheckpoint(ctx, in.Checkpoint)
+	if err != nil {
+		return "", err
+	}
+	urls := in.URLs
+	if len(urls) == 0 {
+		urls = []string{a.Inference.BaseURL}
+	}
+	for _, u := range urls {
+		c := &InferenceClient{BaseURL: u, HTTP: a.Inference.HTTP}
+		if err := c.UpdateWeightsFromDisk(ctx, dir); err != nil {
+			return "", classify(fmt.Errorf("%s: %w", u, err))
+		}
+		info, err := c.ModelInfo(ctx)
+		if err != nil {
+			return "", classify(fmt.Errorf("%s: %w", u, err))
+		}
+		if info.WeightVersion != in.Checkpoint.WeightVersion {
+			return "", errs.Infraf("%s serves %s after loading checkpoint %s (%s)", u, info.WeightVersion, in.Checkpoint.Name, in.Checkpoint.WeightVersion)
+		}
+		if activity.IsActivity(ctx) {
+			activity.RecordHeartbeat(ctx, u)
+		}
+	}
+	return in.Checkpoint.WeightVersion, nil
+}
+
+// InferenceLoad points the local inference server at a stored checkpoint and
+// returns the weight version it now serves. (Recorded histories call it;
+// new workflow code calls InferenceLoadAll.)
 func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, error) {
 	dir, err := a.fetchCheckpoint(ctx, ck)
 	if err != nil {

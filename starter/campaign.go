@@ -178,22 +178,8 @@ func fmtEV(p *float64) string {
 	return fmt.Sprintf("%.3f", *p)
 }
 
-// printEvals is the comparison table across checkpoints.
-func printEvals(w io.Writer, st workflows.CampaignState) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECKPOINT\tPOLICY\tRESOLVED\tMEAN REWARD\tMEAN TURNS\tTIMEOUTS\tBY CATEGORY")
-	for _, e := range st.Evals {
-		s := e.Summary
-		var cats []string
-		for _, k := range sortedStrings(s.ByCategory) {
-			g := s.ByCategory[k]
-			cats = append(cats, fmt.Sprintf("%s %d/%d", k, g.Resolved, g.Scored))
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%.1f%%\t%.3f\t%.1f\t%d\t%s\n", e.Label, e.WeightVersion, 100*s.ResolvedRate, s.MeanReward, s.MeanTurns,
-			s.AgentEnds["agent_timeout"], strings.Join(cats, ", "))
-	}
-	tw.Flush()
-}
+// printEvals is the comparison table across the campaign's checkpoints.
+func printEvals(w io.Writer, st workflows.CampaignState) { printComparison(w, st.Evals) }
 
 func sortedStrings[V any](m map[string]V) []string {
 	keys := make([]string, 0, len(m))

@@ -42,7 +42,10 @@ commands:
   eval (--tasks DIR | --pool NAME) --agent oracle|nop|scripted|policy|chat
        [--command CMD]... [--inference URL[,URL...]] [--endpoint URL --model NAME]
        [--attempts K] [--concurrency N] [--wait] [--json] [--id ID] [--new]
-                                    run an eval sweep; prints its workflow ID and UI link
+       [--checkpoint REF[,REF...] [--force]]
+                                    run an eval sweep; prints its workflow ID and UI link; with
+                                    --checkpoint, one sweep per checkpoint and a comparison table
+                                    (REF: CAMPAIGN:LABEL, a saved checkpoint's name, or a directory)
   synth --seeds DIR --rounds R --per-seed N --pool NAME [--rng-seed S] [--synthesizer procedural|llm]
                                     grow seed tasks by recursive synthesis into a pool
   audit (--pool NAME | --tasks DIR) --keep-pool NAME [--eval-tasks DIR] [--config FILE]
@@ -271,8 +274,18 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	id := fs.String("id", "", "sweep ID (default: derived from tasks, agent and settings, so a re-run finds the existing sweep)")
 	fresh := fs.Bool("new", false, "start a new sweep even if one with the same inputs exists")
 	storeDir := fs.String("store", config.StoreDir(), "artifact store directory")
+	checkpoints := fs.String("checkpoint", "", "evaluate these checkpoints one after another with the policy agent: CAMPAIGN:LABEL (init, sft, warmup, step-0003, latest), a saved checkpoint's name, or a directory with manifest.json; comma-separated")
+	force := fs.Bool("force", false, "--checkpoint: load weights even into servers a running campaign samples from")
 	if _, err := parse(fs, args); err != nil {
 		return err
+	}
+	if *checkpoints != "" {
+		explicit := false
+		fs.Visit(func(f *flag.Flag) { explicit = explicit || f.Name == "agent" })
+		if explicit && *agent != activities.AgentPolicy {
+			return badInput(fmt.Errorf("eval: --checkpoint evaluates the policy agent, not --agent %s", *agent))
+		}
+		*agent = activities.AgentPolicy
 	}
 	spec := activities.AgentSpec{Kind: *agent, Commands: commands}
 	switch *agent {
@@ -339,18 +352,33 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Tasks: refs, Agent: spec, Attempts: *attempts, Concurrency: *concurrency,
 		TurnCap: *turnCap, S: *s, AgentTimeoutSec: agentTimeout.Seconds(),
 	}
-	in.SweepID = *id
-	if in.SweepID == "" {
-		in.SweepID = sweepID(in)
-		if *fresh {
-			in.SweepID += "-" + time.Now().UTC().Format("20060102T150405")
-		}
-	}
 	c, err := config.Dial(ctx, slog.LevelError)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	var cks []workflows.NamedCheckpoint
+	if *checkpoints != "" {
+		if cks, err = resolveCheckpoints(ctx, c, st, *checkpoints); err != nil {
+			return err
+		}
+		if !*force {
+			if err := inferenceInUse(ctx, c, spec.Inference); err != nil {
+				return err
+			}
+		}
+	}
+	in.SweepID = *id
+	if in.SweepID == "" {
+		in.SweepID = sweepID(in, cks)
+		if *fresh {
+			in.SweepID += "-" + time.Now().UTC().Format("20060102T150405")
+		}
+	}
+	if len(cks) > 0 {
+		return startCheckpointEval(ctx, c, workflows.CheckpointEvalInput{SweepID: in.SweepID, Checkpoints: cks, Eval: in},
+			*wait, *asJSON, stdout, stderr)
+	}
 	wid := ids.EvalSweepWorkflowID(in.SweepID)
 	run, existing, err := startOrFind(ctx, c, wid, client.StartWorkflowOptions{
 		ID:            wid,
@@ -413,14 +441,19 @@ func startOrFind(ctx context.Context, c client.Client, wid string, opts client.S
 
 // sweepID derives the ID from what the sweep computes, so the same request
 // finds the same sweep.
-func sweepID(in workflows.EvalSweepInput) string {
+func sweepID(in workflows.EvalSweepInput, cks []workflows.NamedCheckpoint) string {
 	h := sha256.New()
+	prefix := in.Agent.Kind
+	for _, ck := range cks {
+		fmt.Fprintln(h, ck.Label, ck.Checkpoint.Name, ck.Checkpoint.WeightVersion, ck.Checkpoint.Files["manifest.json"].SHA256)
+		prefix = "ckpt"
+	}
 	for _, t := range in.Tasks {
 		fmt.Fprintln(h, t.ID)
 	}
 	b, _ := json.Marshal([]any{in.Agent, in.Attempts, in.TurnCap, in.S, in.AgentTimeoutSec})
 	h.Write(b)
-	return fmt.Sprintf("%s-%s", in.Agent.Kind, hex.EncodeToString(h.Sum(nil))[:12])
+	return fmt.Sprintf("%s-%s", prefix, hex.EncodeToString(h.Sum(nil))[:12])
 }
 
 func waitSweep(ctx context.Context, c client.Client, run client.WorkflowRun, stderr io.Writer) (workflows.EvalSweepResult, error) {

@@ -165,6 +165,9 @@ type Summary struct {
 	ByCategory     map[string]Group `json:"by_category"`
 	ByDifficulty   map[string]Group `json:"by_difficulty"`
 	SandboxRetries int              `json:"sandbox_retries"`
+	// PolicyVersions counts model-driven rollouts by the weight version(s)
+	// that sampled them ("a+b" when a rollout saw a weight change).
+	PolicyVersions map[string]int `json:"policy_versions,omitempty"`
 }
 
 // EvalReport is the stored artifact of a sweep.

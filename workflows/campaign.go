@@ -109,6 +109,10 @@ type CampaignStatus struct {
 	WarmEV        *float64     `json:"warm_ev,omitempty"`
 	Recent        []StepRecord `json:"recent"`
 	Evals         []string     `json:"evals"`
+	// Epoch is in the campaign's checkpoint names: <name>/<epoch>/<label>.
+	Epoch      string   `json:"epoch"`
+	Checkpoint string   `json:"checkpoint,omitempty"` // the latest checkpoint's name
+	Inference  []string `json:"inference"`            // the servers its rollouts sample from
 }
 
 // CampaignResult is the finished campaign and its report.
@@ -181,7 +185,11 @@ func (c *campaignRun) setup(ctx workflow.Context) error {
 func (c *campaignRun) status() CampaignStatus {
 	s := CampaignStatus{Name: c.cfg.Name, Phase: c.st.Phase, Step: c.st.Step, Steps: c.cfg.PPO.Steps, Paused: c.st.Paused,
 		Concurrency: c.st.Concurrency, WeightVersion: c.st.WeightVersion, InFlight: c.inFlight, Aborted: c.st.Aborted,
-		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, Recent: []StepRecord{}, Evals: []string{}}
+		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, Recent: []StepRecord{}, Evals: []string{},
+		Epoch: c.st.Epoch, Inference: c.st.URLs}
+	if c.st.Checkpoint != nil {
+		s.Checkpoint = c.st.Checkpoint.Name
+	}
 	if n := len(c.st.Steps); n > 0 {
 		s.Recent = c.st.Steps[max(0, n-3):]
 	}
@@ -212,7 +220,7 @@ func gpuActivityCtx(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           ids.GPUQueue,
 		StartToCloseTimeout: 4 * time.Hour,
-		HeartbeatTimeout:    2 * time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
 			MaximumAttempts: 30, NonRetryableErrorTypes: []string{activities.ErrBadInput}},
 		Summary: summary,
@@ -354,7 +362,16 @@ func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
 		return err
 	}
 	var version string
-	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "load "+label+" into inference"), gact.InferenceLoad, ck).Get(ctx, &version); err != nil {
+	lctx := c.gpuCtx(ctx, "load "+label+" into inference")
+	var load workflow.Future
+	if workflow.GetVersion(ctx, "load-every-replica", workflow.DefaultVersion, 1) == 1 {
+		// Every replica the rollouts sample from gets the weights, not only
+		// the GPU worker's local server.
+		load = workflow.ExecuteActivity(lctx, gact.InferenceLoadAll, gpu.LoadInput{Checkpoint: ck, URLs: c.cfg.Policy.Inference})
+	} else {
+		load = workflow.ExecuteActivity(lctx, gact.InferenceLoad, ck)
+	}
+	if err := load.Get(ctx, &version); err != nil {
 		return err
 	}
 	if version != ck.WeightVersion {

@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -194,6 +195,12 @@ func Summarize(rs []RolloutResult) Summary {
 		}
 		add(s.ByCategory, r.Category, r)
 		add(s.ByDifficulty, r.Difficulty, r)
+		if len(r.PolicyVersions) > 0 {
+			if s.PolicyVersions == nil {
+				s.PolicyVersions = map[string]int{}
+			}
+			s.PolicyVersions[strings.Join(r.PolicyVersions, "+")]++
+		}
 	}
 	if s.Scored > 0 {
 		s.ResolvedRate = float64(s.Resolved) / float64(s.Scored)

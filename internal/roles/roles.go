@@ -62,6 +62,7 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 		w.RegisterWorkflow(workflows.CampaignWorkflow)
 		w.RegisterWorkflow(workflows.PPOStepWorkflow)
 		w.RegisterWorkflow(workflows.CriticWarmupWorkflow)
+		w.RegisterWorkflow(workflows.CheckpointEvalWorkflow)
 		w.RegisterActivity(acts)
 		ws = append(ws, w)
 	}

@@ -1,0 +1,252 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/config"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+// resolveCheckpoints turns --checkpoint references into stored checkpoints.
+// A reference is CAMPAIGN:LABEL (init, sft, warmup, step-0003, latest), the
+// name of a saved checkpoint as reports print it, or a directory holding a
+// manifest.json (imported into the store).
+func resolveCheckpoints(ctx context.Context, c client.Client, st store.Store, arg string) ([]workflows.NamedCheckpoint, error) {
+	var out []workflows.NamedCheckpoint
+	seen := map[string]bool{}
+	for _, ref := range strings.Split(arg, ",") {
+		ref = strings.TrimSpace(ref)
+		if ref == "" {
+			continue
+		}
+		if seen[ref] {
+			return nil, badInput(fmt.Errorf("--checkpoint %q is named twice", ref))
+		}
+		seen[ref] = true
+		ck, err := resolveCheckpoint(ctx, c, st, ref)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, workflows.NamedCheckpoint{Label: ref, Checkpoint: ck})
+	}
+	if len(out) == 0 {
+		return nil, badInput(errors.New("--checkpoint: name at least one checkpoint"))
+	}
+	return out, nil
+}
+
+func resolveCheckpoint(ctx context.Context, c client.Client, st store.Store, ref string) (gpu.Checkpoint, error) {
+	if fi, err := os.Stat(ref); err == nil && fi.IsDir() {
+		mb, err := os.ReadFile(filepath.Join(ref, "manifest.json"))
+		if err != nil {
+			return gpu.Checkpoint{}, badInput(fmt.Errorf("--checkpoint %s: a checkpoint directory needs a manifest.json: %w", ref, err))
+		}
+		sum := sha256.Sum256(mb)
+		abs, _ := filepath.Abs(ref)
+		ck, err := gpu.ImportCheckpoint(ctx, st, ref, "import/"+filepath.Base(abs)+"-"+hex.EncodeToString(sum[:])[:12])
+		if err != nil {
+			return ck, badInput(fmt.Errorf("--checkpoint %s: %w", ref, err))
+		}
+		return ck, nil
+	}
+	name := ref
+	if camp, label, ok := strings.Cut(ref, ":"); ok {
+		var err error
+		if name, err = campaignCheckpointName(ctx, c, st, camp, label); err != nil {
+			return gpu.Checkpoint{}, err
+		}
+	}
+	ck, err := gpu.FindCheckpoint(ctx, st, name)
+	if gpu.IsNotFound(err) {
+		return ck, badInput(fmt.Errorf("--checkpoint %q: no checkpoint %q in the store (name one as CAMPAIGN:LABEL, by the name reports print, or as a directory with a manifest.json)", ref, name))
+	}
+	if err != nil {
+		return ck, fmt.Errorf("--checkpoint %q: %w", ref, err)
+	}
+	return ck, nil
+}
+
+// campaignCheckpointName maps CAMPAIGN:LABEL to a checkpoint name, asking the
+// campaign (or its stored report) for its epoch and latest checkpoint.
+func campaignCheckpointName(ctx context.Context, c client.Client, st store.Store, camp, label string) (string, error) {
+	var epoch, latest string
+	v, err := c.QueryWorkflow(ctx, workflows.CampaignWorkflowID(camp), "", workflows.QueryStatus)
+	var s workflows.CampaignStatus
+	if err == nil && v.Get(&s) == nil && s.Epoch != "" {
+		epoch, latest = s.Epoch, s.Checkpoint
+	} else {
+		var rep workflows.CampaignReportData
+		ref, lerr := st.Lookup(ctx, "campaigns/"+ids.Clean(camp)+"/report.json")
+		if lerr != nil || store.GetJSON(ctx, st, ref, &rep) != nil || rep.State.Epoch == "" {
+			why := "no report in the store"
+			if err != nil {
+				why += "; query: " + err.Error()
+			}
+			return "", badInput(fmt.Errorf("--checkpoint %s:%s: cannot find campaign %q (%s)", camp, label, camp, why))
+		}
+		epoch = rep.State.Epoch
+		if rep.State.Checkpoint != nil {
+			latest = rep.State.Checkpoint.Name
+		}
+	}
+	switch label {
+	case "latest", "final":
+		if latest == "" {
+			return "", badInput(fmt.Errorf("--checkpoint %s:%s: the campaign has saved no checkpoint yet", camp, label))
+		}
+		return latest, nil
+	case "base":
+		label = "init"
+	}
+	return camp + "/" + epoch + "/" + label, nil
+}
+
+// inferenceInUse refuses to load weights into servers a running campaign
+// samples from: its rollouts would turn stale. --force skips the check.
+func inferenceInUse(ctx context.Context, c client.Client, urls []string) error {
+	want := map[string]bool{}
+	for _, u := range urls {
+		want[strings.TrimRight(u, "/")] = true
+	}
+	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+		Query: `WorkflowType = "CampaignWorkflow" AND ExecutionStatus = "Running"`, PageSize: 100})
+	if err != nil {
+		return err
+	}
+	for _, e := range resp.Executions {
+		v, err := c.QueryWorkflow(ctx, e.Execution.WorkflowId, "", workflows.QueryStatus)
+		var s workflows.CampaignStatus
+		if err != nil || v.Get(&s) != nil {
+			continue
+		}
+		for _, u := range s.Inference {
+			if want[strings.TrimRight(u, "/")] {
+				return badInput(fmt.Errorf("campaign %s is running and samples from %s: loading checkpoints there would make its rollouts stale (pause it, name other servers with --inference, or pass --force)", s.Name, u))
+			}
+		}
+	}
+	return nil
+}
+
+// CheckpointJSON is one checkpoint's row of `starter eval --checkpoint --json`.
+type CheckpointJSON struct {
+	Label          string                     `json:"label"`
+	Checkpoint     string                     `json:"checkpoint"`
+	WeightVersion  string                     `json:"weight_version"`
+	ResolvedRate   float64                    `json:"resolved_rate"`
+	MeanReward     float64                    `json:"mean_reward"`
+	MeanTurns      float64                    `json:"mean_turns"`
+	Timeouts       int                        `json:"timeouts"`
+	Rollouts       int                        `json:"rollouts"`
+	Scored         int                        `json:"scored"`
+	ByCategory     map[string]workflows.Group `json:"by_category"`
+	ByDifficulty   map[string]workflows.Group `json:"by_difficulty"`
+	PolicyVersions map[string]int             `json:"policy_versions"`
+	Report         store.Ref                  `json:"report"`
+}
+
+func checkpointsJSON(w io.Writer, wid string, in workflows.CheckpointEvalInput, res workflows.CheckpointEvalResult) error {
+	rows := []CheckpointJSON{}
+	for i, e := range res.Evals {
+		s := e.Summary
+		rows = append(rows, CheckpointJSON{Label: e.Label, Checkpoint: in.Checkpoints[i].Checkpoint.Name, WeightVersion: e.WeightVersion,
+			ResolvedRate: s.ResolvedRate, MeanReward: s.MeanReward, MeanTurns: s.MeanTurns, Timeouts: timeouts(s),
+			Rollouts: s.Rollouts, Scored: s.Scored, ByCategory: s.ByCategory, ByDifficulty: s.ByDifficulty,
+			PolicyVersions: s.PolicyVersions, Report: e.Report})
+	}
+	return json.NewEncoder(w).Encode(map[string]any{"workflow_id": wid, "sweep_id": res.SweepID, "checkpoints": rows, "report": res.Report})
+}
+
+// timeouts counts rollouts that hit the agent timeout or the turn cap.
+func timeouts(s workflows.Summary) int {
+	return s.AgentEnds[workflows.AgentEndTimeout] + s.AgentEnds[workflows.AgentEndTurnCap]
+}
+
+// printComparison is the comparison table across checkpoints, with a
+// warning where a checkpoint's rollouts were sampled by other weights.
+func printComparison(w io.Writer, evals []workflows.CheckpointEval) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECKPOINT\tPOLICY\tRESOLVED\tMEAN REWARD\tMEAN TURNS\tTIMEOUTS\tBY CATEGORY\tBY DIFFICULTY")
+	var warn []string
+	for _, e := range evals {
+		s := e.Summary
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d %.1f%%\t%.3f\t%.1f\t%d\t%s\t%s\n", e.Label, e.WeightVersion, s.Resolved, s.Scored, 100*s.ResolvedRate,
+			s.MeanReward, s.MeanTurns, timeouts(s), groups(s.ByCategory), groups(s.ByDifficulty))
+		for v, n := range s.PolicyVersions {
+			if v != e.WeightVersion {
+				warn = append(warn, fmt.Sprintf("warning: %s: %d rollout(s) sampled by %s, not %s (weights changed during the sweep)", e.Label, n, v, e.WeightVersion))
+			}
+		}
+	}
+	tw.Flush()
+	for _, l := range warn {
+		fmt.Fprintln(w, l)
+	}
+}
+
+func groups(m map[string]workflows.Group) string {
+	var out []string
+	for _, k := range sortedStrings(m) {
+		g := m[k]
+		out = append(out, fmt.Sprintf("%s %d/%d", k, g.Resolved, g.Scored))
+	}
+	return strings.Join(out, ", ")
+}
+
+// startCheckpointEval starts (or finds) the sweep over checkpoints and, when
+// asked, waits and prints the comparison.
+func startCheckpointEval(ctx context.Context, c client.Client, in workflows.CheckpointEvalInput, wait, asJSON bool, stdout, stderr io.Writer) error {
+	wid := workflows.CheckpointEvalWorkflowID(in.SweepID)
+	labels := make([]string, len(in.Checkpoints))
+	for i, ck := range in.Checkpoints {
+		labels[i] = ck.Label
+	}
+	run, existing, err := startOrFind(ctx, c, wid, client.StartWorkflowOptions{
+		ID: wid, TaskQueue: ids.ControlQueue,
+		StaticSummary: fmt.Sprintf("eval %d tasks at checkpoints %s", len(in.Eval.Tasks), strings.Join(labels, ", ")),
+	}, workflows.CheckpointEvalWorkflow, in)
+	if err != nil {
+		return fmt.Errorf("start checkpoint eval: %w", err)
+	}
+	info := stdout
+	if asJSON {
+		info = stderr
+	}
+	if existing {
+		fmt.Fprintf(info, "found existing checkpoint eval %s (use --new for another)\n", wid)
+	} else {
+		fmt.Fprintf(info, "checkpoint eval %s: %d tasks × %d attempts at %d checkpoints\n", wid, len(in.Eval.Tasks), in.Eval.Attempts, len(in.Checkpoints))
+	}
+	fmt.Fprintf(info, "  %s\n", config.UIURL(wid))
+	if !wait && !asJSON {
+		return nil
+	}
+	var res workflows.CheckpointEvalResult
+	if err := waitWithProgress(ctx, c, run, stderr, "checkpoints done", &res); err != nil {
+		return err
+	}
+	if asJSON {
+		return checkpointsJSON(stdout, wid, in, res)
+	}
+	printComparison(stdout, res.Evals)
+	for _, e := range res.Evals {
+		fmt.Fprintf(stdout, "%s: %s\n", e.Label, e.Report.URI)
+	}
+	return nil
+}

@@ -1,0 +1,94 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+)
+
+// NamedCheckpoint is a checkpoint and the label it is reported under.
+type NamedCheckpoint struct {
+	Label      string         `json:"label"`
+	Checkpoint gpu.Checkpoint `json:"checkpoint"`
+}
+
+// CheckpointEvalInput evaluates checkpoints one after another on the same
+// tasks: each is loaded into the policy's inference servers, then swept.
+type CheckpointEvalInput struct {
+	SweepID     string            `json:"sweep_id"`
+	Checkpoints []NamedCheckpoint `json:"checkpoints"`
+	// Eval is the sweep to run at every checkpoint (its SweepID is ignored);
+	// its agent must be a policy, whose inference servers get the weights.
+	Eval EvalSweepInput `json:"eval"`
+}
+
+// CheckpointEvalResult is the comparison across checkpoints.
+type CheckpointEvalResult struct {
+	SweepID string           `json:"sweep_id"`
+	Evals   []CheckpointEval `json:"evals"`
+	Report  store.Ref        `json:"report"`
+}
+
+// CheckpointEvalWorkflowID names a sweep over checkpoints.
+func CheckpointEvalWorkflowID(sweepID string) string { return "evalckpt/" + ids.Clean(sweepID) }
+
+// CheckpointEvalWorkflow loads each checkpoint into inference and runs the
+// same eval sweep against it, as a child with a deterministic ID, so a re-run
+// finds finished sweeps. Rollouts sampled by any other weight version (some
+// other job loaded weights meanwhile) are counted in the summary's
+// policy_versions, so a mixed comparison shows.
+func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (CheckpointEvalResult, error) {
+	out := CheckpointEvalResult{SweepID: in.SweepID, Evals: []CheckpointEval{}}
+	if len(in.Checkpoints) == 0 {
+		return out, temporal.NewNonRetryableApplicationError("checkpoint eval: checkpoints is empty", activities.ErrBadInput, nil)
+	}
+	if in.Eval.Agent.Kind != activities.AgentPolicy {
+		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("checkpoint eval: agent %q: checkpoints are evaluated with the policy agent", in.Eval.Agent.Kind), activities.ErrBadInput, nil)
+	}
+	done := 0
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) {
+		return EvalProgress{Total: len(in.Checkpoints), Done: done, Running: min(1, len(in.Checkpoints)-done)}, nil
+	}); err != nil {
+		return out, err
+	}
+	for i, nc := range in.Checkpoints {
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("checkpoint %d/%d: **%s** (%s)", i+1, len(in.Checkpoints), nc.Label, nc.Checkpoint.WeightVersion))
+		var version string
+		err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "load "+nc.Label+" into inference"), gact.InferenceLoadAll,
+			gpu.LoadInput{Checkpoint: nc.Checkpoint, URLs: in.Eval.Agent.Inference}).Get(ctx, &version)
+		if err != nil {
+			return out, err
+		}
+		sweep := in.Eval
+		sweep.SweepID = fmt.Sprintf("%s-%02d-%s", in.SweepID, i+1, ids.Clean(nc.Label))
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+			WorkflowID: ids.EvalSweepWorkflowID(sweep.SweepID), TaskQueue: ids.ControlQueue,
+			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+			StaticSummary:     fmt.Sprintf("eval at checkpoint %s (%s)", nc.Label, version),
+		})
+		var res EvalSweepResult
+		if err := workflow.ExecuteChildWorkflow(cctx, EvalSweepWorkflow, sweep).Get(ctx, &res); err != nil {
+			return out, err
+		}
+		out.Evals = append(out.Evals, CheckpointEval{Label: nc.Label, WeightVersion: version, Summary: res.Summary, Report: res.Report})
+		done++
+	}
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
+		Summary:     "store the comparison",
+	})
+	err := workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
+		Key: "evals/" + ids.Clean(in.SweepID) + "/checkpoints.json", Value: out,
+	}).Get(ctx, &out.Report)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%d checkpoints evaluated", len(out.Evals)))
+	return out, err
+}
