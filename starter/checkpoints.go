@@ -152,7 +152,8 @@ type CheckpointJSON struct {
 	ResolvedRate   float64                    `json:"resolved_rate"`
 	MeanReward     float64                    `json:"mean_reward"`
 	MeanTurns      float64                    `json:"mean_turns"`
-	Timeouts       int                        `json:"timeouts"`
+	Timeouts       int                        `json:"timeouts"`    // agent timeout reached
+	TurnCapped     int                        `json:"turn_capped"` // turn cap reached
 	Rollouts       int                        `json:"rollouts"`
 	Scored         int                        `json:"scored"`
 	ByCategory     map[string]workflows.Group `json:"by_category"`
@@ -166,28 +167,23 @@ func checkpointsJSON(w io.Writer, wid string, in workflows.CheckpointEvalInput, 
 	for i, e := range res.Evals {
 		s := e.Summary
 		rows = append(rows, CheckpointJSON{Label: e.Label, Checkpoint: in.Checkpoints[i].Checkpoint.Name, WeightVersion: e.WeightVersion,
-			ResolvedRate: s.ResolvedRate, MeanReward: s.MeanReward, MeanTurns: s.MeanTurns, Timeouts: timeouts(s),
+			ResolvedRate: s.ResolvedRate, MeanReward: s.MeanReward, MeanTurns: s.MeanTurns, Timeouts: s.AgentEnds[workflows.AgentEndTimeout], TurnCapped: s.AgentEnds[workflows.AgentEndTurnCap],
 			Rollouts: s.Rollouts, Scored: s.Scored, ByCategory: s.ByCategory, ByDifficulty: s.ByDifficulty,
 			PolicyVersions: s.PolicyVersions, Report: e.Report})
 	}
 	return json.NewEncoder(w).Encode(map[string]any{"workflow_id": wid, "sweep_id": res.SweepID, "checkpoints": rows, "report": res.Report})
 }
 
-// timeouts counts rollouts that hit the agent timeout or the turn cap.
-func timeouts(s workflows.Summary) int {
-	return s.AgentEnds[workflows.AgentEndTimeout] + s.AgentEnds[workflows.AgentEndTurnCap]
-}
-
 // printComparison is the comparison table across checkpoints, with a
 // warning where a checkpoint's rollouts were sampled by other weights.
 func printComparison(w io.Writer, evals []workflows.CheckpointEval) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECKPOINT\tPOLICY\tRESOLVED\tMEAN REWARD\tMEAN TURNS\tTIMEOUTS\tBY CATEGORY\tBY DIFFICULTY")
+	fmt.Fprintln(tw, "CHECKPOINT\tPOLICY\tRESOLVED\tMEAN REWARD\tMEAN TURNS\tTIMEOUTS\tTURN CAP\tBY CATEGORY\tBY DIFFICULTY")
 	var warn []string
 	for _, e := range evals {
 		s := e.Summary
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d %.1f%%\t%.3f\t%.1f\t%d\t%s\t%s\n", e.Label, e.WeightVersion, s.Resolved, s.Scored, 100*s.ResolvedRate,
-			s.MeanReward, s.MeanTurns, timeouts(s), groups(s.ByCategory), groups(s.ByDifficulty))
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d %.1f%%\t%.3f\t%.1f\t%d\t%d\t%s\t%s\n", e.Label, e.WeightVersion, s.Resolved, s.Scored, 100*s.ResolvedRate,
+			s.MeanReward, s.MeanTurns, s.AgentEnds[workflows.AgentEndTimeout], s.AgentEnds[workflows.AgentEndTurnCap], groups(s.ByCategory), groups(s.ByDifficulty))
 		for v, n := range s.PolicyVersions {
 			if v != e.WeightVersion {
 				warn = append(warn, fmt.Sprintf("warning: %s: %d rollout(s) sampled by %s, not %s (weights changed during the sweep)", e.Label, n, v, e.WeightVersion))
