@@ -29,6 +29,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 			r.RegisterWorkflow(CampaignWorkflow)
 			r.RegisterWorkflow(PPOStepWorkflow)
 			r.RegisterWorkflow(CriticWarmupWorkflow)
+			r.RegisterWorkflow(CheckpointEvalWorkflow)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatal(err)
 			}
