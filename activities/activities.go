@@ -349,7 +349,10 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error) {
 	list, err := a.Docker.Client.ContainerList(ctx, container.ListOptions{
 		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelRollout)),
+		// Only this host's sandboxes: another worker sharing the daemon (or
+		// talking to another Temporal) owns its own, and their workflows are
+		// unknown here.
+		Filters: filters.NewArgs(filters.Arg("label", LabelRollout), filters.Arg("label", LabelHost+"="+a.Host)),
 	})
 	if err != nil {
 		return ReapResult{}, InfraErrorf("docker ps: %v", err)

@@ -266,6 +266,17 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)
 	}
+	// Another host's sandbox on the same daemon (a second worker, perhaps on
+	// another Temporal): its workflow is unknown here, and it is not ours to remove.
+	other := r.host + "-other"
+	out, err = exec.Command("docker", "run", "-d", "--network", "none",
+		"--label", activities.LabelRollout+"=someone-elses", "--label", activities.LabelHost+"="+other,
+		"--label", activities.LabelWorkflow+"=rollout/elsewhere", base, "sleep", "600").CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker run: %v %s", err, out)
+	}
+	otherID := strings.TrimSpace(string(out))
+	defer exec.Command("docker", "rm", "-f", otherID).Run()
 	reap, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 		ID: ids.ReaperWorkflowID(r.host) + "-test", TaskQueue: ids.ControlQueue,
 	}, workflows.ReaperWorkflow, workflows.ReaperInput{Host: r.host, TTLSec: 3600})
@@ -281,5 +292,8 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	}
 	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 {
 		t.Errorf("t1flow containers left after the reaper: %v", left)
+	}
+	if kept := testenv.Containers(t, activities.LabelHost, other); len(kept) != 1 {
+		t.Errorf("the reaper of %s touched another host's sandbox: %v", r.host, kept)
 	}
 }
