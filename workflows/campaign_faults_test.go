@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -96,24 +97,24 @@ func TestCampaignSurvivesCrashes(t *testing.T) {
 	}
 
 	// 1. The worker dies while step 1's rollouts hold sandboxes.
-	waitFor(t, "step 1's rollouts", 8*time.Minute, rolloutsRunning(1))
+	waitFor(t, c, wid, "step 1's rollouts", 8*time.Minute, rolloutsRunning(1))
 	w.Kill9(t)
 	time.Sleep(time.Second)
 	w.Start(t)
 	// 2. The worker dies while the trainer runs step 2's update.
-	waitFor(t, "step 2's ppo_step", 8*time.Minute, training(2))
+	waitFor(t, c, wid, "step 2's ppo_step", 8*time.Minute, training(2))
 	w.Kill9(t)
 	time.Sleep(time.Second)
 	w.Start(t)
 	// 3. Temporal stops while step 3's rollouts run, and comes back.
-	waitFor(t, "step 3's rollouts", 8*time.Minute, rolloutsRunning(3))
+	waitFor(t, c, wid, "step 3's rollouts", 8*time.Minute, rolloutsRunning(3))
 	srv.Stop()
 	time.Sleep(3 * time.Second)
 	if err := srv.Start(); err != nil {
 		t.Fatalf("restart the dev server: %v", err)
 	}
 	// 4. The trainer process dies during step 4's update.
-	waitFor(t, "step 4's ppo_step", 8*time.Minute, training(4))
+	waitFor(t, c, wid, "step 4's ppo_step", 8*time.Minute, training(4))
 	pid := trainerPID(t, home)
 	syscall.Kill(-pid, syscall.SIGKILL)
 
@@ -171,12 +172,24 @@ func readFile(p string) string {
 	return string(b)
 }
 
-func waitFor(t *testing.T, what string, within time.Duration, cond func() bool) {
+// waitFor polls cond, failing at once if the campaign stops running (a
+// campaign that failed never reaches the next fault).
+func waitFor(t *testing.T, c client.Client, wid, what string, within time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(within)
+	lastCheck := time.Now()
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
+		}
+		if time.Since(lastCheck) > 2*time.Second {
+			lastCheck = time.Now()
+			d, err := c.DescribeWorkflowExecution(context.Background(), wid, "")
+			if err == nil && d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				var res workflows.CampaignResult
+				err := c.GetWorkflow(context.Background(), wid, "").Get(context.Background(), &res)
+				t.Fatalf("waiting for %s, the campaign ended %s: %v", what, d.WorkflowExecutionInfo.Status, err)
+			}
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
