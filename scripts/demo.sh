@@ -59,4 +59,4 @@ echo
 echo "Temporal UI: http://localhost:${T1FLOW_UI_PORT:-8233} (the dev server keeps running; 'make stop' stops it)"
 echo "Trace a rollout:   bin/starter trace <rollout id or task id>"
 echo "Campaign status:   bin/starter campaign status demo"
-echo "Compare checkpoints: bin/starter eval --pool examples --checkpoint demo:sft,demo:latest --turn-cap 3 --wait"
+echo "Compare checkpoints (with 'make worker' running): bin/starter eval --pool examples --checkpoint demo:sft,demo:latest --turn-cap 3 --wait"
