@@ -31,6 +31,9 @@ func putCheckpointRecord(ctx context.Context, st store.Store, ck Checkpoint) err
 func FindCheckpoint(ctx context.Context, st store.Store, name string) (Checkpoint, error) {
 	var ck Checkpoint
 	ref, err := st.Lookup(ctx, CheckpointKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return fromManifest(ctx, st, name)
+	}
 	if err != nil {
 		return ck, fmt.Errorf("checkpoint %q: %w", name, err)
 	}
@@ -39,6 +42,36 @@ func FindCheckpoint(ctx context.Context, st store.Store, name string) (Checkpoin
 	}
 	if ck.Name == "" || ck.WeightVersion == "" || ck.Files["manifest.json"].URI == "" {
 		return ck, fmt.Errorf("checkpoint %q: record %s has no name, weight_version or manifest.json", name, ref.URI)
+	}
+	return ck, nil
+}
+
+// fromManifest finds a checkpoint saved before records were written: every
+// file its stored manifest lists must be there with the manifest's sha256,
+// so an upload cut short is not taken for a checkpoint.
+func fromManifest(ctx context.Context, st store.Store, name string) (Checkpoint, error) {
+	prefix := "checkpoints/" + ids.Clean(name) + "/"
+	mref, err := st.Lookup(ctx, prefix+"manifest.json")
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint %q: %w", name, err)
+	}
+	var m Manifest
+	if err := store.GetJSON(ctx, st, mref, &m); err != nil {
+		return Checkpoint{}, fmt.Errorf("checkpoint %q: manifest: %w", name, err)
+	}
+	ck := Checkpoint{Name: name, WeightVersion: m.WeightVersion, Files: map[string]store.Ref{"manifest.json": mref}}
+	for _, f := range m.Files {
+		ref, err := st.Lookup(ctx, prefix+filepath.Base(f.Name))
+		if err != nil {
+			return Checkpoint{}, fmt.Errorf("checkpoint %q is incomplete: %s: %w", name, f.Name, err)
+		}
+		if f.SHA256 != "" && ref.SHA256 != f.SHA256 {
+			return Checkpoint{}, fmt.Errorf("checkpoint %q is incomplete: %s does not match the manifest's sha256", name, f.Name)
+		}
+		ck.Files[filepath.Base(f.Name)] = ref
+	}
+	if ck.WeightVersion == "" || len(m.Files) == 0 {
+		return Checkpoint{}, fmt.Errorf("checkpoint %q: manifest has no weight_version or files", name)
 	}
 	return ck, nil
 }
