@@ -348,7 +348,7 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 // closed (or never existed), and any older than the TTL.
 func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error) {
 	list, err := a.Docker.Client.ContainerList(ctx, container.ListOptions{
-		All:     true,
+		All: true,
 		// Only this host's sandboxes: another worker sharing the daemon (or
 		// talking to another Temporal) owns its own, and their workflows are
 		// unknown here.
