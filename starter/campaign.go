@@ -158,6 +158,9 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		fmt.Fprintf(w, "  in flight: %s\n", s.InFlight)
 	}
 	fmt.Fprintf(w, "  aborted %d, failed %d, stale %d rollouts left out of training\n", s.Aborted, s.Failed, s.Stale)
+	if s.Checkpoint != "" {
+		fmt.Fprintf(w, "  latest checkpoint %s (compare: starter eval --pool POOL --checkpoint %s:init,%s:latest --wait)\n", s.Checkpoint, s.Name, s.Name)
+	}
 	if s.ColdEV != nil || s.WarmEV != nil {
 		fmt.Fprintf(w, "  critic explained variance: cold %s, warm %s\n", fmtEV(s.ColdEV), fmtEV(s.WarmEV))
 	}

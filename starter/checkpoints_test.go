@@ -143,13 +143,21 @@ at_end = false
 	for {
 		v, err := c.QueryWorkflow(ctx, workflows.CampaignWorkflowID("busy-"+camp), "", workflows.QueryStatus)
 		var s workflows.CampaignStatus
-		if err == nil && v.Get(&s) == nil && len(s.Inference) > 0 {
+		if err == nil && v.Get(&s) == nil && len(s.Inference) > 0 && s.Checkpoint != "" {
 			break
 		}
 		if time.Now().After(deadline) {
 			t.Fatal("the campaign never named its inference server")
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+	// A running campaign's checkpoints resolve through its status query.
+	cks, err := resolveCheckpoints(ctx, c, st, "busy-"+camp+":init,busy-"+camp+":latest")
+	if err != nil || len(cks) != 2 || !strings.HasPrefix(cks[0].Checkpoint.Name, "busy-"+camp+"/") || cks[0].Checkpoint.Name != cks[1].Checkpoint.Name {
+		t.Errorf("busy-%s:init,latest resolved to %+v, %v", camp, cks, err)
+	}
+	if code, out, _, _ := starter(t, "campaign", "status", "busy-"+camp); code != 0 || !strings.Contains(out, "latest checkpoint busy-"+camp+"/") {
+		t.Errorf("campaign status does not name the latest checkpoint:\n%s", out)
 	}
 	code, _, _, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", other, "--new")
 	if code != 2 || err == nil || !strings.Contains(err.Error(), "campaign busy-"+camp+" is running") {
