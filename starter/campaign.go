@@ -17,6 +17,7 @@ import (
 
 	"github.com/t1flow/t1flow/internal/campaign"
 	"github.com/t1flow/t1flow/internal/config"
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -61,6 +62,7 @@ func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	switch sub {
 	case "start":
 		wid := workflows.CampaignWorkflowID(cfg.Name)
+		warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
 		run, err := startRun(ctx, c, wid, fmt.Sprintf("campaign %s: %d PPO steps × %d tasks", cfg.Name, cfg.PPO.Steps, cfg.PPO.TasksPerStep),
 			workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}, stdout)
 		if err != nil || !*wait {

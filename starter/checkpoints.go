@@ -13,6 +13,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -205,6 +206,14 @@ func groups(m map[string]workflows.Group) string {
 	return strings.Join(out, ", ")
 }
 
+// warnNoWorker says so when no worker polls a queue: the work would wait.
+func warnNoWorker(ctx context.Context, c client.Client, queue, role string, w io.Writer) {
+	resp, err := c.DescribeTaskQueue(ctx, queue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+	if err == nil && len(resp.Pollers) == 0 {
+		fmt.Fprintf(w, "warning: no worker polls %s: nothing runs until one with the %s role starts (bin/worker -role %s, or make worker)\n", queue, role, role)
+	}
+}
+
 // startCheckpointEval starts (or finds) the sweep over checkpoints and, when
 // asked, waits and prints the comparison.
 func startCheckpointEval(ctx context.Context, c client.Client, in workflows.CheckpointEvalInput, wait, asJSON bool, stdout, stderr io.Writer) error {
@@ -224,6 +233,7 @@ func startCheckpointEval(ctx context.Context, c client.Client, in workflows.Chec
 	if asJSON {
 		info = stderr
 	}
+	warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
 	if existing {
 		fmt.Fprintf(info, "found existing checkpoint eval %s (use --new for another)\n", wid)
 	} else {
