@@ -227,17 +227,13 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	seg := segment{Turn: in.Turn}
 	var glue []int32
 	if in.Turn == 0 {
-		t, err := a.fetchTask(ctx, in.Task)
+		obs, off, err := a.openEpisode(ctx, in)
 		if err != nil {
 			return TurnResult{}, err
 		}
-		out, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, true, nil, 0, 0)
-		if err != nil {
-			return TurnResult{}, sandboxErr(err, "start the terminal in %s", in.Sandbox.Name)
-		}
 		seg.PaneOffset = off
 		prompt := "<|im_start|><|system|>" + SystemPrompt + "<|im_end|><|im_start|><|user|>" +
-			firstObservation(t.Instruction, cleanTerminal(out, 2048, 2048)) + "<|im_end|><|im_start|><|assistant|>"
+			obs + "<|im_end|><|im_start|><|assistant|>"
 		ids, err := pool.Tokenize(ctx, session, prompt)
 		if err != nil {
 			return TurnResult{}, inferenceErr(err)
@@ -451,16 +447,12 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 	seg := segment{Turn: in.Turn, PaneOffset: ep.offset}
 	msgs := append([]gpu.ChatMessage{}, ep.messages...)
 	if in.Turn == 0 {
-		t, err := a.fetchTask(ctx, in.Task)
+		obs, off, err := a.openEpisode(ctx, in)
 		if err != nil {
 			return TurnResult{}, err
 		}
-		out, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, true, nil, 0, 0)
-		if err != nil {
-			return TurnResult{}, sandboxErr(err, "start the terminal in %s", in.Sandbox.Name)
-		}
 		seg.PaneOffset = off
-		seg.Messages = []gpu.ChatMessage{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: firstObservation(t.Instruction, cleanTerminal(out, 2048, 2048))}}
+		seg.Messages = []gpu.ChatMessage{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: obs}}
 		msgs = append(msgs, seg.Messages...)
 	}
 	maxNew := in.Agent.MaxNewTokens
@@ -614,4 +606,18 @@ func auditDrift(ep *episode, n int) DriftReport {
 	// decoded model output: nothing is re-encoded.
 	d.ReencodedContextShare = 0
 	return d
+}
+
+// openEpisode starts the sandbox's terminal for a model-driven episode and
+// returns the first observation (instruction and screen) and the pane offset.
+func (a *Activities) openEpisode(ctx context.Context, in TurnInput) (string, int64, error) {
+	t, err := a.fetchTask(ctx, in.Task)
+	if err != nil {
+		return "", 0, err
+	}
+	out, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, true, nil, 0, 0)
+	if err != nil {
+		return "", 0, sandboxErr(err, "start the terminal in %s", in.Sandbox.Name)
+	}
+	return firstObservation(t.Instruction, cleanTerminal(out, 2048, 2048)), off, nil
 }

@@ -251,16 +251,12 @@ func (a *Activities) InferenceLoadAll(ctx context.Context, in LoadInput) (string
 		urls = []string{a.Inference.BaseURL}
 	}
 	for _, u := range urls {
-		c := &InferenceClient{BaseURL: u, HTTP: a.Inference.HTTP}
-		if err := c.UpdateWeightsFromDisk(ctx, dir); err != nil {
-			return "", classify(fmt.Errorf("%s: %w", u, err))
-		}
-		info, err := c.ModelInfo(ctx)
+		version, err := loadInto(ctx, &InferenceClient{BaseURL: u, HTTP: a.Inference.HTTP}, dir)
 		if err != nil {
-			return "", classify(fmt.Errorf("%s: %w", u, err))
+			return "", err
 		}
-		if info.WeightVersion != in.Checkpoint.WeightVersion {
-			return "", errs.Infraf("%s serves %s after loading checkpoint %s (%s)", u, info.WeightVersion, in.Checkpoint.Name, in.Checkpoint.WeightVersion)
+		if version != in.Checkpoint.WeightVersion {
+			return "", errs.Infraf("%s serves %s after loading checkpoint %s (%s)", u, version, in.Checkpoint.Name, in.Checkpoint.WeightVersion)
 		}
 		if activity.IsActivity(ctx) {
 			activity.RecordHeartbeat(ctx, u)
@@ -277,12 +273,18 @@ func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, 
 	if err != nil {
 		return "", err
 	}
-	if err := a.Inference.UpdateWeightsFromDisk(ctx, dir); err != nil {
-		return "", classify(err)
+	return loadInto(ctx, a.Inference, dir)
+}
+
+// loadInto has one server load a local checkpoint directory and returns the
+// weight version it serves afterwards.
+func loadInto(ctx context.Context, c *InferenceClient, dir string) (string, error) {
+	if err := c.UpdateWeightsFromDisk(ctx, dir); err != nil {
+		return "", classify(fmt.Errorf("%s: %w", c.BaseURL, err))
 	}
-	info, err := a.Inference.ModelInfo(ctx)
+	info, err := c.ModelInfo(ctx)
 	if err != nil {
-		return "", classify(err)
+		return "", classify(fmt.Errorf("%s: %w", c.BaseURL, err))
 	}
 	return info.WeightVersion, nil
 }

@@ -118,6 +118,3 @@ func ImportCheckpoint(ctx context.Context, st store.Store, dir, name string) (Ch
 	}
 	return ck, putCheckpointRecord(ctx, st, ck)
 }
-
-// IsNotFound reports whether err means no such checkpoint.
-func IsNotFound(err error) bool { return errors.Is(err, store.ErrNotFound) }

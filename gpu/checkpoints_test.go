@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -45,7 +46,7 @@ func TestCheckpointRecordsAndManifestFallback(t *testing.T) {
 	if err != nil || got.WeightVersion != "v3" || got.Files["model.safetensors"].SHA256 != ck.Files["model.safetensors"].SHA256 {
 		t.Fatalf("found %+v, %v", got, err)
 	}
-	if _, err := FindCheckpoint(ctx, st, "camp/e1/step-0004"); !IsNotFound(err) {
+	if _, err := FindCheckpoint(ctx, st, "camp/e1/step-0004"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a checkpoint never saved: %v", err)
 	}
 
@@ -71,7 +72,7 @@ func TestCheckpointRecordsAndManifestFallback(t *testing.T) {
 	if _, err := ImportCheckpoint(ctx, st, bad, "bad"); err == nil || !strings.Contains(err.Error(), "model.safetensors") {
 		t.Errorf("a changed file: %v", err)
 	}
-	if _, err := FindCheckpoint(ctx, st, "bad"); !IsNotFound(err) {
+	if _, err := FindCheckpoint(ctx, st, "bad"); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("a refused import left a checkpoint: %v", err)
 	}
 }

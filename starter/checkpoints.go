@@ -74,7 +74,7 @@ func resolveCheckpoint(ctx context.Context, c client.Client, st store.Store, ref
 		}
 	}
 	ck, err := gpu.FindCheckpoint(ctx, st, name)
-	if gpu.IsNotFound(err) {
+	if errors.Is(err, store.ErrNotFound) {
 		return ck, badInput(fmt.Errorf("--checkpoint %q: no checkpoint %q in the store (name one as CAMPAIGN:LABEL, by the name reports print, or as a directory with a manifest.json)", ref, name))
 	}
 	if err != nil {

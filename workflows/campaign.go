@@ -209,10 +209,6 @@ func (c *campaignRun) details(ctx workflow.Context) {
 	workflow.UpsertTypedSearchAttributes(ctx, ids.Stage.ValueSet(c.st.Phase), ids.Step.ValueSet(int64(c.st.Step)))
 }
 
-func (c *campaignRun) gpuCtx(ctx workflow.Context, summary string) workflow.Context {
-	return gpuActivityCtx(ctx, summary)
-}
-
 // gpuActivityCtx is how every trainer and inference call is made: long,
 // heartbeated, and retried through trainer restarts (the idempotency key makes
 // a retried step train once).
@@ -262,7 +258,7 @@ func (c *campaignRun) run(ctx workflow.Context) (CampaignResult, error) {
 			st.URLs = cfg.Policy.Inference
 		} else {
 			var info gpu.InferenceInfo
-			if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "find the inference server"), gact.InferenceInfo).Get(ctx, &info); err != nil {
+			if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "find the inference server"), gact.InferenceInfo).Get(ctx, &info); err != nil {
 				return CampaignResult{}, err
 			}
 			st.URLs, st.WeightVersion = info.URLs, info.WeightVersion
@@ -358,11 +354,11 @@ func (c *campaignRun) key(what string) string { return c.cfg.Name + "/" + c.st.E
 // checkpoint saves the trainer's weights and loads them into inference.
 func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
 	var ck gpu.Checkpoint
-	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "save checkpoint "+label), gact.TrainerSave, gpu.SaveInput{Name: c.key(label)}).Get(ctx, &ck); err != nil {
+	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "save checkpoint "+label), gact.TrainerSave, gpu.SaveInput{Name: c.key(label)}).Get(ctx, &ck); err != nil {
 		return err
 	}
 	var version string
-	lctx := c.gpuCtx(ctx, "load "+label+" into inference")
+	lctx := gpuActivityCtx(ctx, "load "+label+" into inference")
 	var load workflow.Future
 	if workflow.GetVersion(ctx, "load-every-replica", workflow.DefaultVersion, 1) == 1 {
 		// Every replica the rollouts sample from gets the weights, not only
@@ -442,7 +438,7 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 		return temporal.NewNonRetryableApplicationError("sft: no task of the training pool rendered a sample", activities.ErrBadInput, nil)
 	}
 	var m gpu.Metrics
-	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
+	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
 		Key: c.key("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
 	}).Get(ctx, &m); err != nil {
 		return err

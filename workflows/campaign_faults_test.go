@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/activities"
-	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
@@ -69,10 +68,7 @@ func TestCampaignSurvivesCrashes(t *testing.T) {
 	cfg.PPO.Steps = 4
 	cfg.PPO.ContinueAsNewEvery = 2
 	wid := workflows.CampaignWorkflowID(name)
-	if _, err := c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue},
-		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}); err != nil {
-		t.Fatal(err)
-	}
+	startCampaign(t, c, cfg)
 	opsLog := filepath.Join(home, "gpu", "trainer", "ops.log")
 	status := func() (workflows.CampaignStatus, bool) {
 		var s workflows.CampaignStatus

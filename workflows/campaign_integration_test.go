@@ -53,6 +53,17 @@ every = 0
 	return cfg
 }
 
+// startCampaign starts a campaign workflow on the control queue.
+func startCampaign(t *testing.T, c client.Client, cfg campaign.Config) client.WorkflowRun {
+	t.Helper()
+	run, err := c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.CampaignWorkflowID(cfg.Name), TaskQueue: ids.ControlQueue},
+		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
 func (r *rig) pools(t *testing.T) {
 	t.Helper()
 	ctx := context.Background()
@@ -71,11 +82,7 @@ func TestCampaignEndToEndWithTrainerCrash(t *testing.T) {
 	r.pools(t)
 	name := fmt.Sprintf("c%d", time.Now().UnixNano()%1e9)
 	cfg := smallCampaign(t, name)
-	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.CampaignWorkflowID(name), TaskQueue: ids.ControlQueue},
-		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startCampaign(t, r.c, cfg)
 	// Kill the trainer process in the middle of the first PPO step.
 	killed := make(chan bool, 1)
 	go func() {
@@ -149,11 +156,7 @@ func TestCampaignPauseResumeAndStatus(t *testing.T) {
 	cfg := smallCampaign(t, name)
 	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd = false, false, false
 	wid := workflows.CampaignWorkflowID(name)
-	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue},
-		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startCampaign(t, r.c, cfg)
 	ctx := context.Background()
 	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdatePause, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -231,11 +234,7 @@ func TestCampaignCancelLeavesNoSandboxOrPartialCheckpoint(t *testing.T) {
 	cfg := smallCampaign(t, name)
 	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd = false, false, false
 	wid := workflows.CampaignWorkflowID(name)
-	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue},
-		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
+	run := startCampaign(t, r.c, cfg)
 	// Cancel while rollouts hold sandboxes.
 	deadline := time.Now().Add(5 * time.Minute)
 	for len(testenv.Containers(t, activities.LabelHost, r.host)) == 0 {

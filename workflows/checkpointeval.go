@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
@@ -81,14 +80,7 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 		out.Evals = append(out.Evals, CheckpointEval{Label: nc.Label, WeightVersion: version, Summary: res.Summary, Report: res.Report})
 		done++
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
-		Summary:     "store the comparison",
-	})
-	err := workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
-		Key: "evals/" + ids.Clean(in.SweepID) + "/checkpoints.json", Value: out,
-	}).Get(ctx, &out.Report)
+	err := storeJSON(ctx, "store the comparison", "evals/"+ids.Clean(in.SweepID)+"/checkpoints.json", out).Get(ctx, &out.Report)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%d checkpoints evaluated", len(out.Evals)))
 	return out, err
 }

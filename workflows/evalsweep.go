@@ -105,19 +105,22 @@ func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
 		Agent: s.in.Agent, Attempts: s.in.Attempts, S: s.in.S,
 		Summary: Summarize(s.results), Rollouts: s.results,
 	}
+	out := EvalSweepResult{SweepID: s.in.SweepID, Summary: report.Summary}
+	err = storeJSON(ctx, "store eval report", "evals/"+ids.Clean(s.in.SweepID)+"/report.json", report).Get(ctx, &out.Report)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f",
+		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward))
+	return out, err
+}
+
+// storeJSON writes a workflow's artifact (a record or report) to the store.
+func storeJSON(ctx workflow.Context, summary, key string, value any) workflow.Future {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           ids.ControlQueue,
 		StartToCloseTimeout: time.Minute,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
-		Summary:             "store eval report",
+		Summary:             summary,
 	})
-	out := EvalSweepResult{SweepID: s.in.SweepID, Summary: report.Summary}
-	err = workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
-		Key: "evals/" + ids.Clean(s.in.SweepID) + "/report.json", Value: report,
-	}).Get(ctx, &out.Report)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f",
-		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward))
-	return out, err
+	return workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{Key: key, Value: value})
 }
 
 // startRollout starts a child RolloutWorkflow with its deterministic ID and

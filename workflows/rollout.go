@@ -110,17 +110,8 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — %d/%d assertions, reward %.3f, %d turns", res.Outcome, res.Passed, res.Total, res.Reward, res.Turns))
 
-	sctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           ids.ControlQueue,
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
-		Summary:             "store rollout record",
-	})
 	var ref store.Ref
-	rec := r.rec
-	err := workflow.ExecuteActivity(sctx, act.StoreJSON, activities.StoreJSONInput{
-		Key: "rollouts/" + ids.Clean(r.id) + "/record.json", Value: rec,
-	}).Get(ctx, &ref)
+	err := storeJSON(ctx, "store rollout record", "rollouts/"+ids.Clean(r.id)+"/record.json", r.rec).Get(ctx, &ref)
 	if err != nil {
 		return *res, err
 	}
