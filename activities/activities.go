@@ -22,6 +22,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -71,9 +72,9 @@ func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, e
 		var fe *task.FieldError
 		var ce *store.ChecksumError
 		if errors.As(err, &es) || errors.As(err, &fe) || errors.As(err, &ce) {
-			return nil, TaskInvalidf("task %s (%s): %v", ref.Name, ref.ID, err)
+			return nil, errs.TaskInvalidf("task %s (%s): %v", ref.Name, ref.ID, err)
 		}
-		return nil, InfraErrorf("fetch task %s: %v", ref.Name, err)
+		return nil, errs.Infraf("fetch task %s: %v", ref.Name, err)
 	}
 	return t, nil
 }
@@ -166,10 +167,10 @@ func (d *Docker) StartSandbox(ctx context.Context, name, img string, t *task.Tas
 			return ins.ID, nil
 		}
 		if err := d.Client.ContainerRemove(ctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
-			return "", InfraErrorf("remove stale sandbox %s: %v", name, err)
+			return "", errs.Infraf("remove stale sandbox %s: %v", name, err)
 		}
 	} else if !errdefs.IsNotFound(err) {
-		return "", InfraErrorf("docker inspect %s: %v", name, err)
+		return "", errs.Infraf("docker inspect %s: %v", name, err)
 	}
 	all := map[string]string{LabelCreated: time.Now().UTC().Format(time.RFC3339)}
 	for k, v := range labels {
@@ -201,16 +202,16 @@ func (d *Docker) StartSandbox(ctx context.Context, name, img string, t *task.Tas
 	}, nil, nil, name)
 	if err != nil {
 		if errdefs.IsConflict(err) {
-			return "", InfraErrorf("sandbox %s is being created by another attempt: %v", name, err)
+			return "", errs.Infraf("sandbox %s is being created by another attempt: %v", name, err)
 		}
 		if errdefs.IsNotFound(err) {
 			d.present.Delete(img) // removed behind our back: the retry rebuilds it
 		}
-		return "", InfraErrorf("docker create %s: %v", name, err)
+		return "", errs.Infraf("docker create %s: %v", name, err)
 	}
 	if err := d.Client.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		d.Client.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
-		return "", InfraErrorf("docker start %s: %v", name, err)
+		return "", errs.Infraf("docker start %s: %v", name, err)
 	}
 	return resp.ID, nil
 }
@@ -234,7 +235,7 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		}
 		b, err := task.TarBytes(t.Dir, "solution", "solution/")
 		if err != nil {
-			return res, TaskInvalidf("%s: %v", filepath.Join(t.Dir, "solution"), err)
+			return res, errs.TaskInvalidf("%s: %v", filepath.Join(t.Dir, "solution"), err)
 		}
 		if err := a.Docker.CopyIn(ctx, in.Sandbox.ContainerID, "/", b); err != nil {
 			return res, sandboxErr(err, "copy solution into %s", in.Sandbox.Name)
@@ -254,7 +255,7 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		}
 		res.Final = in.Turn == len(in.Agent.Commands)-1
 	default:
-		return res, BadInputf("agent.kind %q is not a known agent", in.Agent.Kind)
+		return res, errs.BadInputf("agent.kind %q is not a known agent", in.Agent.Kind)
 	}
 	res.Command = cmd
 	er, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, cmd, ExecOptions{
@@ -274,7 +275,7 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		res.Preview = er.Output[:PreviewBytes/2] + "\n[...]\n" + er.Output[len(er.Output)-PreviewBytes/2:]
 		ref, err := a.Store.Put(ctx, fmt.Sprintf("rollouts/%s/turn-%04d.txt", ids.Clean(in.RolloutID), in.Turn), strings.NewReader(er.Output))
 		if err != nil {
-			return res, InfraErrorf("store turn output: %v", err)
+			return res, errs.Infraf("store turn output: %v", err)
 		}
 		res.Output = &ref
 	}
@@ -295,9 +296,9 @@ func singleFileTar(name, content string) []byte {
 func sandboxErr(err error, format string, args ...any) error {
 	what := fmt.Sprintf(format, args...)
 	if errors.Is(err, ErrContainerGone) || errdefs.IsNotFound(err) {
-		return SandboxGonef("%s: %v", what, err)
+		return errs.SandboxGonef("%s: %v", what, err)
 	}
-	return InfraErrorf("%s: %v", what, err)
+	return errs.Infraf("%s: %v", what, err)
 }
 
 // CopyIn extracts a tar stream at dst inside the container.
@@ -341,7 +342,7 @@ func (d *Docker) Remove(ctx context.Context, id string) error {
 	if strings.Contains(err.Error(), "already in progress") {
 		return nil
 	}
-	return InfraErrorf("docker rm %s: %v", id, err)
+	return errs.Infraf("docker rm %s: %v", id, err)
 }
 
 // Reap removes this host's t1flow containers whose rollout workflow has
@@ -355,10 +356,10 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 		Filters: filters.NewArgs(filters.Arg("label", LabelRollout), filters.Arg("label", LabelHost+"="+a.Host)),
 	})
 	if err != nil {
-		return ReapResult{}, InfraErrorf("docker ps: %v", err)
+		return ReapResult{}, errs.Infraf("docker ps: %v", err)
 	}
 	var res ReapResult
-	var errs *multierror.Error
+	var failed *multierror.Error
 	now := time.Now()
 	for _, c := range list {
 		reason := a.reapReason(ctx, c.Labels, now, in.TTLSec)
@@ -368,7 +369,7 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 		}
 		// One stuck container must not shield the others.
 		if err := a.Docker.Remove(ctx, c.ID); err != nil {
-			errs = multierror.Append(errs, err)
+			failed = multierror.Append(failed, err)
 			continue
 		}
 		name := c.ID[:12]
@@ -378,8 +379,8 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 		res.Removed = append(res.Removed, name+" ("+reason+")")
 		heartbeat(ctx, len(res.Removed))
 	}
-	if err := errs.ErrorOrNil(); err != nil {
-		return res, InfraErrorf("reaper removed %d, failed on %d: %v", len(res.Removed), errs.Len(), err)
+	if err := failed.ErrorOrNil(); err != nil {
+		return res, errs.Infraf("reaper removed %d, failed on %d: %v", len(res.Removed), failed.Len(), err)
 	}
 	return res, nil
 }
@@ -410,7 +411,7 @@ func (a *Activities) reapReason(ctx context.Context, labels map[string]string, n
 func (a *Activities) StoreJSON(ctx context.Context, in StoreJSONInput) (store.Ref, error) {
 	ref, err := store.PutJSON(ctx, a.Store, in.Key, in.Value)
 	if err != nil {
-		return ref, InfraErrorf("store %s: %v", in.Key, err)
+		return ref, errs.Infraf("store %s: %v", in.Key, err)
 	}
 	return ref, nil
 }

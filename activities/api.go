@@ -8,29 +8,8 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
-)
-
-// Error types, as the architecture's table names them (see internal/errs).
-const (
-	ErrInfra          = errs.Infra
-	ErrRoutingMissing = errs.RoutingMissing
-	ErrVerifier       = errs.Verifier
-	ErrTaskInvalid    = errs.TaskInvalid
-	ErrSandboxGone    = errs.SandboxGone
-	ErrBadInput       = errs.BadInput
-)
-
-// Constructors of the typed errors.
-var (
-	InfraErrorf     = errs.Infraf
-	TaskInvalidf    = errs.TaskInvalidf
-	VerifierErrorf  = errs.Verifierf
-	SandboxGonef    = errs.SandboxGonef
-	BadInputf       = errs.BadInputf
-	RoutingMissingf = errs.RoutingMissingf
 )
 
 // Sandbox identifies one container and the host queue that owns it.

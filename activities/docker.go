@@ -29,6 +29,7 @@ import (
 	"github.com/docker/docker/pkg/stdcopy"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -357,33 +358,33 @@ func TaskImageTag(taskID, fromHash string) string {
 func (d *Docker) EnsureTaskImage(ctx context.Context, t *task.Task, progress func(string)) (string, bool, error) {
 	base, err := d.EnsureBaseImage(ctx)
 	if err != nil {
-		return "", false, InfraErrorf("base image: %v", err)
+		return "", false, errs.Infraf("base image: %v", err)
 	}
 	dfPath := filepath.Join(t.Dir, task.DockerfileFile)
 	raw, err := os.ReadFile(dfPath)
 	if err != nil {
-		return "", false, TaskInvalidf("%s: %v", task.DockerfileFile, err)
+		return "", false, errs.TaskInvalidf("%s: %v", task.DockerfileFile, err)
 	}
 	df, used, err := d.RewriteFrom(string(raw), base)
 	if err != nil {
-		return "", false, TaskInvalidf("%s: %v", task.DockerfileFile, err)
+		return "", false, errs.TaskInvalidf("%s: %v", task.DockerfileFile, err)
 	}
 	h := sha256.Sum256([]byte(df))
 	tag := TaskImageTag(t.ID, hex.EncodeToString(h[:])[:8])
 	built := false
 	_, err, _ = d.builds.Do(tag, func() (any, error) {
 		if ok, err := d.imageExists(ctx, tag); err != nil {
-			return nil, InfraErrorf("docker image inspect %s: %v", tag, err)
+			return nil, errs.Infraf("docker image inspect %s: %v", tag, err)
 		} else if ok {
 			return nil, nil
 		}
 		for _, u := range used {
 			ok, err := d.imageExists(ctx, u)
 			if err != nil {
-				return nil, InfraErrorf("docker image inspect %s: %v", u, err)
+				return nil, errs.Infraf("docker image inspect %s: %v", u, err)
 			}
 			if !ok {
-				return nil, TaskInvalidf("%s: FROM %s is not available offline and nothing is ever pulled: build it locally or add an image alias for it", task.DockerfileFile, u)
+				return nil, errs.TaskInvalidf("%s: FROM %s is not available offline and nothing is ever pulled: build it locally or add an image alias for it", task.DockerfileFile, u)
 			}
 		}
 		built = true
@@ -409,7 +410,7 @@ func (d *Docker) build(ctx context.Context, t *task.Task, dockerfile, tag string
 		Labels:      map[string]string{"t1flow.task": t.ID},
 	})
 	if err != nil {
-		return InfraErrorf("docker build %s: %v", tag, err)
+		return errs.Infraf("docker build %s: %v", tag, err)
 	}
 	defer resp.Body.Close()
 	var tail []string
@@ -425,13 +426,13 @@ func (d *Docker) build(ctx context.Context, t *task.Task, dockerfile, tag string
 	}}
 	if err := dec(resp.Body, lw, 0, false, nil); err != nil {
 		if bctx.Err() != nil {
-			return TaskInvalidf("%s: build did not finish within environment.build_timeout_sec = %v", task.DockerfileFile, t.Config.BuildTimeoutSec)
+			return errs.TaskInvalidf("%s: build did not finish within environment.build_timeout_sec = %v", task.DockerfileFile, t.Config.BuildTimeoutSec)
 		}
 		var jerr *jsonmessage.JSONError
 		if errors.As(err, &jerr) {
-			return TaskInvalidf("%s: build failed: %s\n%s", task.DockerfileFile, jerr.Message, strings.Join(tail, "\n"))
+			return errs.TaskInvalidf("%s: build failed: %s\n%s", task.DockerfileFile, jerr.Message, strings.Join(tail, "\n"))
 		}
-		return InfraErrorf("docker build %s: %v", tag, err)
+		return errs.Infraf("docker build %s: %v", tag, err)
 	}
 	return nil
 }

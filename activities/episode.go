@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/trajectory"
 )
@@ -104,7 +105,7 @@ func (a *Activities) episode(rolloutID, sandbox string) (*episode, error) {
 		return e, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, InfraErrorf("episode dir: %v", err)
+		return nil, errs.Infraf("episode dir: %v", err)
 	}
 	e := &episode{dir: dir}
 	files, _ := filepath.Glob(filepath.Join(dir, "turn-*.json"))
@@ -112,11 +113,11 @@ func (a *Activities) episode(rolloutID, sandbox string) (*episode, error) {
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
-			return nil, InfraErrorf("episode %s: %v", f, err)
+			return nil, errs.Infraf("episode %s: %v", f, err)
 		}
 		var s segment
 		if err := json.Unmarshal(b, &s); err != nil {
-			return nil, InfraErrorf("episode %s: %v", f, err)
+			return nil, errs.Infraf("episode %s: %v", f, err)
 		}
 		e.apply(s)
 	}
@@ -142,10 +143,10 @@ func (e *episode) commit(s segment) error {
 	p := filepath.Join(e.dir, fmt.Sprintf("turn-%05d.json", s.Turn))
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return InfraErrorf("episode: %v", err)
+		return errs.Infraf("episode: %v", err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
-		return InfraErrorf("episode: %v", err)
+		return errs.Infraf("episode: %v", err)
 	}
 	e.apply(s)
 	return nil
@@ -171,7 +172,7 @@ func (a *Activities) pool(urls []string) (*gpu.Pool, error) {
 	}
 	p, err := gpu.NewPool(urls, nil)
 	if err != nil {
-		return nil, BadInputf("%v", err)
+		return nil, errs.BadInputf("%v", err)
 	}
 	a.pools[key] = p
 	return p, nil
@@ -180,9 +181,9 @@ func (a *Activities) pool(urls []string) (*gpu.Pool, error) {
 // inferenceErr maps an inference failure onto the error table.
 func inferenceErr(err error) error {
 	if gpu.Retryable(err) {
-		return InfraErrorf("inference: %v", err)
+		return errs.Infraf("inference: %v", err)
 	}
-	return BadInputf("inference rejected the request: %v", err)
+	return errs.BadInputf("inference rejected the request: %v", err)
 }
 
 const defaultMaxNewTokens = 512
@@ -198,7 +199,7 @@ func (a *Activities) modelTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		return ep.segs[in.Turn].Result, nil
 	}
 	if in.Turn != len(ep.segs) {
-		return TurnResult{}, InfraErrorf("episode %s has %d turns, asked for turn %d", ep.dir, len(ep.segs), in.Turn)
+		return TurnResult{}, errs.Infraf("episode %s has %d turns, asked for turn %d", ep.dir, len(ep.segs), in.Turn)
 	}
 	if n := len(ep.segs); n > 0 && ep.segs[n-1].Done {
 		return TurnResult{Turn: in.Turn, Done: true, EndReason: ep.segs[n-1].Result.EndReason}, nil
@@ -270,7 +271,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	out := toInt32(resp.OutputIDs)
 	lps, err := resp.Logprobs()
 	if err != nil || len(lps) != len(out) {
-		return TurnResult{}, InfraErrorf("inference: %d log-probs for %d tokens (%v)", len(lps), len(out), err)
+		return TurnResult{}, errs.Infraf("inference: %d log-probs for %d tokens (%v)", len(lps), len(out), err)
 	}
 	routing, err := captureRouting(resp, *info, ep.covered, len(promptTokens)+len(out))
 	if err != nil {
@@ -383,19 +384,19 @@ func stitchCase(resp *gpu.GenerateResponse, im int) string {
 func captureRouting(resp *gpu.GenerateResponse, info gpu.ModelInfo, from, to int) ([]int32, error) {
 	r, err := resp.RoutedExperts()
 	if err != nil {
-		return nil, RoutingMissingf("%v", err)
+		return nil, errs.RoutingMissingf("%v", err)
 	}
 	per := info.NumLayers * info.TopK
 	if per == 0 {
-		return nil, RoutingMissingf("model info reports %d layers × top-%d: not an MoE model", info.NumLayers, info.TopK)
+		return nil, errs.RoutingMissingf("model info reports %d layers × top-%d: not an MoE model", info.NumLayers, info.TopK)
 	}
 	if len(r) != (to-from)*per {
-		return nil, RoutingMissingf("routing has %d entries, expected %d positions × %d layers × top-%d = %d", len(r), to-from, info.NumLayers, info.TopK, (to-from)*per)
+		return nil, errs.RoutingMissingf("routing has %d entries, expected %d positions × %d layers × top-%d = %d", len(r), to-from, info.NumLayers, info.TopK, (to-from)*per)
 	}
 	nonzero := make([]bool, info.NumLayers)
 	for i, e := range r {
 		if e < 0 || int(e) >= info.NumExperts {
-			return nil, RoutingMissingf("expert ID %d at position %d is outside [0, %d)", e, from+i/per, info.NumExperts)
+			return nil, errs.RoutingMissingf("expert ID %d at position %d is outside [0, %d)", e, from+i/per, info.NumExperts)
 		}
 		if e != 0 {
 			nonzero[(i%per)/info.TopK] = true
@@ -404,7 +405,7 @@ func captureRouting(resp *gpu.GenerateResponse, info gpu.ModelInfo, from, to int
 	if to-from > 1 || info.TopK > 1 {
 		for l, ok := range nonzero {
 			if !ok {
-				return nil, RoutingMissingf("layer %d is all zero across %d positions (capture failed)", l, to-from)
+				return nil, errs.RoutingMissingf("layer %d is all zero across %d positions (capture failed)", l, to-from)
 			}
 		}
 	}
@@ -556,7 +557,7 @@ func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (
 	res.Routing = RoutingReport{Positions: n, Covered: len(ep.routing) / max(1, info.NumLayers*info.TopK), Layers: info.NumLayers, TopK: info.TopK, Experts: info.NumExperts}
 	res.Routing.Valid = res.Routing.Covered == n
 	if !res.Routing.Valid {
-		return res, RoutingMissingf("routing covers %d of %d positions", res.Routing.Covered, n)
+		return res, errs.RoutingMissingf("routing covers %d of %d positions", res.Routing.Covered, n)
 	}
 	res.Tokens = n
 	for _, m := range rec.LossMask {
@@ -564,11 +565,11 @@ func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (
 	}
 	b, err := rec.Encode()
 	if err != nil {
-		return res, InfraErrorf("encode trajectory: %v", err)
+		return res, errs.Infraf("encode trajectory: %v", err)
 	}
 	ref, err := a.Store.Put(ctx, fmt.Sprintf("rollouts/%s/trajectory-%s.safetensors", ids.Clean(in.RolloutID), ids.Clean(in.Sandbox.Name)), strings.NewReader(string(b)))
 	if err != nil {
-		return res, InfraErrorf("store trajectory: %v", err)
+		return res, errs.Infraf("store trajectory: %v", err)
 	}
 	res.Trajectory = &ref
 	return res, nil

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/t1flow/t1flow/internal/errs"
 )
 
 // The Terminus-style harness: the model answers each turn with one JSON
@@ -172,14 +174,14 @@ func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cm
 		return "", offset, err
 	}
 	if res.ExitCode == 3 {
-		return "", offset, TaskInvalidf("environment/Dockerfile: %s", strings.TrimSpace(res.Output))
+		return "", offset, errs.TaskInvalidf("environment/Dockerfile: %s", strings.TrimSpace(res.Output))
 	}
 	if res.Dropped > 0 && !strings.Contains(res.Output, "---t1flow---") {
-		return "", offset, InfraErrorf("pane output lost its marker (%d bytes dropped)", res.Dropped)
+		return "", offset, errs.Infraf("pane output lost its marker (%d bytes dropped)", res.Dropped)
 	}
 	size, body, err := splitPane(res.Output)
 	if err != nil {
-		return "", offset, InfraErrorf("%v (exit %d)", err, res.ExitCode)
+		return "", offset, errs.Infraf("%v (exit %d)", err, res.ExitCode)
 	}
 	return body, size, nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
 )
 
 func TestParseAction(t *testing.T) {
@@ -80,7 +81,7 @@ func TestCaptureRoutingValidates(t *testing.T) {
 	}
 	for name, v := range cases {
 		_, err := captureRouting(resp(v), info, 5, 7)
-		if err == nil || !strings.Contains(err.Error(), "") || errType(err) != ErrRoutingMissing {
+		if err == nil || !strings.Contains(err.Error(), "") || errType(err) != errs.RoutingMissing {
 			t.Errorf("%s: want RoutingMissing, got %v", name, err)
 		}
 	}

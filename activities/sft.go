@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -40,14 +41,14 @@ func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSF
 	}
 	sol, err := os.ReadFile(filepath.Join(t.Dir, task.SolutionFile))
 	if err != nil {
-		return RenderSFTResult{}, TaskInvalidf("%s: %v", task.SolutionFile, err)
+		return RenderSFTResult{}, errs.TaskInvalidf("%s: %v", task.SolutionFile, err)
 	}
 	var keys []Keys
 	for _, s := range audit.SplitSteps(string(sol)) {
 		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
 	}
 	if len(keys) == 0 {
-		return RenderSFTResult{}, TaskInvalidf("%s: no steps to imitate", task.SolutionFile)
+		return RenderSFTResult{}, errs.TaskInvalidf("%s: no steps to imitate", task.SolutionFile)
 	}
 	act := func(plan string, cmds []Keys, done bool) string {
 		b, _ := json.Marshal(Action{Analysis: "The terminal is ready.", Plan: plan, Commands: cmds, TaskComplete: done})
@@ -80,11 +81,11 @@ func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSF
 	rec.Meta = map[string]string{"task_id": in.Task.ID, "kind": "sft"}
 	b, err := rec.Encode()
 	if err != nil {
-		return RenderSFTResult{}, InfraErrorf("%v", err)
+		return RenderSFTResult{}, errs.Infraf("%v", err)
 	}
 	ref, err := a.Store.Put(ctx, fmt.Sprintf("campaigns/%s/sft/%s.safetensors", ids.Clean(in.Campaign), in.Task.ID), strings.NewReader(string(b)))
 	if err != nil {
-		return RenderSFTResult{}, InfraErrorf("store sft sample: %v", err)
+		return RenderSFTResult{}, errs.Infraf("store sft sample: %v", err)
 	}
 	res := RenderSFTResult{Trajectory: ref, Tokens: len(rec.Tokens)}
 	for _, m := range rec.LossMask {

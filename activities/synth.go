@@ -11,18 +11,13 @@ import (
 	"sort"
 	"strings"
 
-	"go.temporal.io/sdk/temporal"
-
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/synth"
 	"github.com/t1flow/t1flow/internal/task"
 )
-
-// ErrSynthesisRejected is a synthesizer proposal that is not a valid task:
-// the round tries another variation.
-const ErrSynthesisRejected = "SynthesisRejected"
 
 // SynthSpec picks the synthesizer.
 type SynthSpec struct {
@@ -84,7 +79,7 @@ func (a *Activities) synthesizer(s SynthSpec) synth.Synthesizer {
 // crash finds the bundle already stored.
 func (a *Activities) Synthesize(ctx context.Context, in SynthesizeInput) (SynthesizeResult, error) {
 	if err := in.Synth.Validate(); err != nil {
-		return SynthesizeResult{}, BadInputf("%v", err)
+		return SynthesizeResult{}, errs.BadInputf("%v", err)
 	}
 	parent, err := a.fetchTask(ctx, in.Parent)
 	if err != nil {
@@ -94,28 +89,28 @@ func (a *Activities) Synthesize(ctx context.Context, in SynthesizeInput) (Synthe
 	prop, err := syn.Propose(ctx, parent, in.Round, synth.RNG(in.Seed.ID, in.RNGSeed, in.Chain, in.Round, in.Variation))
 	var invalid *synth.InvalidOutputError
 	if errors.As(err, &invalid) {
-		return SynthesizeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSynthesisRejected, nil)
+		return SynthesizeResult{}, errs.SynthesisRejectedf("%v", err)
 	}
 	if err != nil {
 		if gpu.Retryable(err) {
-			return SynthesizeResult{}, InfraErrorf("synthesizer: %v", err)
+			return SynthesizeResult{}, errs.Infraf("synthesizer: %v", err)
 		}
-		return SynthesizeResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrSynthesisRejected, nil)
+		return SynthesizeResult{}, errs.SynthesisRejectedf("%v", err)
 	}
 	tmp, err := os.MkdirTemp("", "t1flow-synth-")
 	if err != nil {
-		return SynthesizeResult{}, InfraErrorf("%v", err)
+		return SynthesizeResult{}, errs.Infraf("%v", err)
 	}
 	defer os.RemoveAll(tmp)
 	name := fmt.Sprintf("%s-c%dr%d", baseName(in.Seed.Name), in.Chain, in.Round)
 	lin := synth.Lineage{Seed: in.Seed.ID, Round: in.Round, Parent: in.Parent.ID, Steps: in.Steps}
 	t, err := synth.Apply(parent, filepath.Join(tmp, name), in.Round, prop, lin)
 	if err != nil {
-		return SynthesizeResult{}, temporal.NewNonRetryableApplicationError(fmt.Sprintf("round %d variation %d: %v", in.Round, in.Variation, err), ErrSynthesisRejected, nil)
+		return SynthesizeResult{}, errs.SynthesisRejectedf("round %d variation %d: %v", in.Round, in.Variation, err)
 	}
 	ref, err := task.Bundle(ctx, a.Store, t)
 	if err != nil {
-		return SynthesizeResult{}, InfraErrorf("bundle %s: %v", name, err)
+		return SynthesizeResult{}, errs.Infraf("bundle %s: %v", name, err)
 	}
 	res := SynthesizeResult{Task: ref, By: prop.By}
 	for _, s := range prop.Steps {
@@ -154,7 +149,7 @@ func (a *Activities) AuditStatic(ctx context.Context, in AuditStaticInput) (Audi
 	}
 	s, err := audit.Analyze(t, in.Config)
 	if err != nil {
-		return AuditStaticResult{}, TaskInvalidf("%s: %v", in.Task.Name, err)
+		return AuditStaticResult{}, errs.TaskInvalidf("%s: %v", in.Task.Name, err)
 	}
 	return AuditStaticResult{Static: s, Info: audit.TaskInfo{Name: in.Task.Name, ID: t.ID, Category: t.Config.Category, Difficulty: t.Config.Difficulty}}, nil
 }
@@ -227,9 +222,9 @@ func (a *Activities) ImportToPool(ctx context.Context, in ImportInput) (int, err
 	if err != nil {
 		var nf = store.ErrNotFound
 		if errors.Is(err, nf) {
-			return 0, InfraErrorf("%v", err)
+			return 0, errs.Infraf("%v", err)
 		}
-		return 0, BadInputf("%v", err)
+		return 0, errs.BadInputf("%v", err)
 	}
 	return added, nil
 }
@@ -246,10 +241,10 @@ type SampleInput struct {
 func (a *Activities) SampleTasks(ctx context.Context, in SampleInput) ([]task.Ref, error) {
 	p, err := task.LoadPool(ctx, a.Store, in.Pool)
 	if errors.Is(err, store.ErrNotFound) {
-		return nil, BadInputf("pool %q does not exist (import or synthesize tasks into it first)", in.Pool)
+		return nil, errs.BadInputf("pool %q does not exist (import or synthesize tasks into it first)", in.Pool)
 	}
 	if err != nil {
-		return nil, InfraErrorf("%v", err)
+		return nil, errs.Infraf("%v", err)
 	}
 	refs := append([]task.Ref{}, p.Tasks...)
 	if in.N <= 0 {

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -43,7 +44,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	}
 	tests, err := task.TarBytes(t.Dir, "tests", "tests/")
 	if err != nil {
-		return VerifyResult{}, TaskInvalidf("%s/tests: %v", t.Dir, err)
+		return VerifyResult{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
 	}
 	if err := a.Docker.CopyIn(ctx, id, "/", tests); err != nil {
 		return VerifyResult{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
@@ -73,7 +74,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		preview = preview[len(preview)-2*PreviewBytes:]
 	}
 	if er.TimedOut {
-		return VerifyResult{}, VerifierErrorf("tests/test.sh timed out after %.0fs (verifier.timeout_sec); output tail:\n%s", timeout, preview)
+		return VerifyResult{}, errs.Verifierf("tests/test.sh timed out after %.0fs (verifier.timeout_sec); output tail:\n%s", timeout, preview)
 	}
 	results, err := a.Docker.CopyOut(ctx, id, VerifierDir)
 	if err != nil {
@@ -81,11 +82,11 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	}
 	files, err := untarFiles(results, 4<<20)
 	if err != nil {
-		return VerifyResult{}, VerifierErrorf("read %s: %v", VerifierDir, err)
+		return VerifyResult{}, errs.Verifierf("read %s: %v", VerifierDir, err)
 	}
 	vr, err := ParseResults(files)
 	if err != nil {
-		return VerifyResult{}, VerifierErrorf("tests/test.sh exited %d: %v; output tail:\n%s", er.ExitCode, err, preview)
+		return VerifyResult{}, errs.Verifierf("tests/test.sh exited %d: %v; output tail:\n%s", er.ExitCode, err, preview)
 	}
 	vr.ExitCode = er.ExitCode
 	vr.DurationMs = er.Duration.Milliseconds()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -39,7 +40,7 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
-			NonRetryableErrorTypes: []string{activities.ErrTaskInvalid, activities.ErrBadInput}},
+			NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
 		Summary: "static checks of " + in.Task.Name,
 	})
 	var st activities.AuditStaticResult
@@ -140,7 +141,7 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 		in.Concurrency = 2
 	}
 	if len(in.Tasks) == 0 {
-		return AuditSweepResult{}, temporal.NewNonRetryableApplicationError("audit: no tasks", activities.ErrBadInput, nil)
+		return AuditSweepResult{}, temporal.NewNonRetryableApplicationError("audit: no tasks", errs.BadInput, nil)
 	}
 	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("audit"))
 	prog := EvalProgress{Total: len(in.Tasks)}
@@ -150,7 +151,7 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
-			NonRetryableErrorTypes: []string{activities.ErrTaskInvalid, activities.ErrBadInput}},
+			NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
 	})
 	var sims map[string]audit.Similarity
 	if err := workflow.ExecuteActivity(actx, act.PoolSimilarity, activities.SimilarityInput{Tasks: in.Tasks, Eval: in.Eval, Config: in.Config}).Get(ctx, &sims); err != nil {

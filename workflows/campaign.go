@@ -11,6 +11,7 @@ import (
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/campaign"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -218,7 +219,7 @@ func gpuActivityCtx(ctx workflow.Context, summary string) workflow.Context {
 		StartToCloseTimeout: 4 * time.Hour,
 		HeartbeatTimeout:    30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: 2 * time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second,
-			MaximumAttempts: 30, NonRetryableErrorTypes: []string{activities.ErrBadInput}},
+			MaximumAttempts: 30, NonRetryableErrorTypes: []string{errs.BadInput}},
 		Summary: summary,
 	})
 }
@@ -227,7 +228,7 @@ func (c *campaignRun) controlCtx(ctx workflow.Context, summary string) workflow.
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10,
-			NonRetryableErrorTypes: []string{activities.ErrBadInput, activities.ErrTaskInvalid}},
+			NonRetryableErrorTypes: []string{errs.BadInput, errs.TaskInvalid}},
 		Summary: summary,
 	})
 }
@@ -371,7 +372,7 @@ func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
 		return err
 	}
 	if version != ck.WeightVersion {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("inference serves %s after loading checkpoint %s (%s)", version, label, ck.WeightVersion), activities.ErrInfra, nil)
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("inference serves %s after loading checkpoint %s (%s)", version, label, ck.WeightVersion), errs.Infra, nil)
 	}
 	c.st.Checkpoint, c.st.WeightVersion = &ck, version
 	return nil
@@ -435,7 +436,7 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 		batch = append(batch, gpu.TrajectoryRef{Trajectory: r.Trajectory, TaskID: tasks[i].ID})
 	}
 	if len(batch) == 0 {
-		return temporal.NewNonRetryableApplicationError("sft: no task of the training pool rendered a sample", activities.ErrBadInput, nil)
+		return temporal.NewNonRetryableApplicationError("sft: no task of the training pool rendered a sample", errs.BadInput, nil)
 	}
 	var m gpu.Metrics
 	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
@@ -582,7 +583,7 @@ func PPOStepWorkflow(ctx workflow.Context, in PPOStepInput) (StepRecord, error) 
 	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"PPO step %d: %d of %d rollouts left out (aborted %d, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
-			in.Step, excluded, col.rollouts, col.aborted, col.failed, col.stale, in.MaxFailedShare), "PartialBatch", nil)
+			in.Step, excluded, col.rollouts, col.aborted, col.failed, col.stale, in.MaxFailedShare), errs.PartialBatch, nil)
 	}
 	rec.RewardMean = col.reward / float64(len(col.batch))
 	rec.MeanTurns = col.turns / float64(len(col.batch))
@@ -639,7 +640,7 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 			batch = append(batch, col.batch...)
 		}
 		if len(batch) == 0 {
-			return res, temporal.NewNonRetryableApplicationError("critic warm-up: no usable rollout", "PartialBatch", nil)
+			return res, temporal.NewNonRetryableApplicationError("critic warm-up: no usable rollout", errs.PartialBatch, nil)
 		}
 		var m gpu.Metrics
 		if err := workflow.ExecuteActivity(gctx, gact.TrainerCriticFit, gpu.TrainInput{
@@ -661,7 +662,7 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 		}
 	}
 	return res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("critic warm-up: explained variance %.3f below the gate %.3f after %d rounds",
-		deref(res.WarmEV), in.Gate, res.Rounds), "WarmupGate", nil)
+		deref(res.WarmEV), in.Gate, res.Rounds), errs.WarmupGate, nil)
 }
 
 func deref(p *float64) float64 {

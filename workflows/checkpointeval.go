@@ -9,6 +9,7 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 )
@@ -47,10 +48,10 @@ func CheckpointEvalWorkflowID(sweepID string) string { return "evalckpt/" + ids.
 func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (CheckpointEvalResult, error) {
 	out := CheckpointEvalResult{SweepID: in.SweepID, Evals: []CheckpointEval{}}
 	if len(in.Checkpoints) == 0 {
-		return out, temporal.NewNonRetryableApplicationError("checkpoint eval: checkpoints is empty", activities.ErrBadInput, nil)
+		return out, temporal.NewNonRetryableApplicationError("checkpoint eval: checkpoints is empty", errs.BadInput, nil)
 	}
 	if in.Eval.Agent.Kind != activities.AgentPolicy {
-		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("checkpoint eval: agent %q: checkpoints are evaluated with the policy agent", in.Eval.Agent.Kind), activities.ErrBadInput, nil)
+		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("checkpoint eval: agent %q: checkpoints are evaluated with the policy agent", in.Eval.Agent.Kind), errs.BadInput, nil)
 	}
 	done := 0
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) {

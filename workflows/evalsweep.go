@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 )
 
@@ -47,10 +48,10 @@ func (s *evalSweep) setup(ctx workflow.Context) error {
 		s.in.SweepID = workflow.GetInfo(ctx).WorkflowExecution.ID
 	}
 	if len(s.in.Tasks) == 0 {
-		return temporal.NewNonRetryableApplicationError("eval sweep: tasks is empty", activities.ErrBadInput, nil)
+		return temporal.NewNonRetryableApplicationError("eval sweep: tasks is empty", errs.BadInput, nil)
 	}
 	if err := s.in.Agent.Validate(); err != nil {
-		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrBadInput, nil)
+		return temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
 	s.progress.Total = len(s.in.Tasks) * s.in.Attempts
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return s.progress, nil }); err != nil {
@@ -151,7 +152,7 @@ func rolloutOutcome(ctx workflow.Context, f workflow.Future, rin RolloutInput) R
 			Category: rin.Task.Category, Difficulty: rin.Task.Difficulty, Attempt: rin.Attempt,
 			Outcome: OutcomeInfraError, Error: oneLine(err),
 		}
-		if k := errorType(err); k == activities.ErrBadInput || k == activities.ErrTaskInvalid {
+		if k := errorType(err); k == errs.BadInput || k == errs.TaskInvalid {
 			r.Outcome = OutcomeTaskInvalid
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 )
@@ -50,7 +51,7 @@ func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutResult, erro
 func (r *rollout) setup(ctx workflow.Context) error {
 	r.in.defaults()
 	if err := r.in.validate(); err != nil {
-		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrBadInput, nil)
+		return temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
 	r.id = ids.RolloutID(r.in.CampaignID, r.in.Stage, r.in.Step, r.in.Task.ID, r.in.Attempt)
 	r.wid = workflow.GetInfo(ctx).WorkflowExecution.ID
@@ -84,13 +85,13 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		res.Error = oneLine(err)
 		kind := errorType(err)
 		workflow.GetLogger(ctx).Warn("sandbox attempt failed", "attempt", n, "type", kind, "error", err)
-		if kind == activities.ErrTaskInvalid || kind == activities.ErrBadInput {
+		if kind == errs.TaskInvalid || kind == errs.BadInput {
 			res.Outcome = OutcomeTaskInvalid
 			break
 		}
 		if n == r.in.MaxSandboxAttempts {
 			res.Outcome = OutcomeInfraError
-			if kind == activities.ErrRoutingMissing {
+			if kind == errs.RoutingMissing {
 				res.Outcome = OutcomeAborted
 			}
 		}
@@ -133,7 +134,7 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 		WaitForCancellation: true,
 		RetryPolicy: &temporal.RetryPolicy{
 			InitialInterval: time.Second, MaximumAttempts: 3,
-			NonRetryableErrorTypes: []string{activities.ErrTaskInvalid, activities.ErrBadInput},
+			NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput},
 		},
 		Summary: fmt.Sprintf("sandbox %d for %s", n, r.in.Task.Name),
 	})
@@ -148,7 +149,7 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 	r.rec.Containers = append(r.rec.Containers, sb.Name)
 	r.status.Container, r.status.Host = sb.Name, sb.Host
 	hostWait := time.Duration(r.in.HostWaitSec * float64(time.Second))
-	nonRetryable := []string{activities.ErrSandboxGone, activities.ErrTaskInvalid, activities.ErrBadInput, activities.ErrRoutingMissing}
+	nonRetryable := []string{errs.SandboxGone, errs.TaskInvalid, errs.BadInput, errs.RoutingMissing}
 
 	// The sandbox is released however this attempt ends, cancellation included.
 	defer func() {
@@ -256,7 +257,7 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 	err = workflow.ExecuteActivity(vctx, act.Verify, activities.VerifyInput{
 		Sandbox: sb, Task: r.in.Task, RolloutID: r.id, TimeoutSec: cs.VerifierTimeoutSec,
 	}).Get(ctx, &vr)
-	if errorType(err) == activities.ErrVerifier {
+	if errorType(err) == errs.Verifier {
 		// Retried already: record it, never score it as 0.
 		res.Outcome, res.Error = OutcomeVerifierError, oneLine(err)
 		return nil

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
@@ -133,7 +134,7 @@ func TestVanishedSandboxRetriesWithFreshOne(t *testing.T) {
 	var calls atomic.Int32
 	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.TurnInput) (activities.TurnResult, error) {
 		if calls.Add(1) == 1 {
-			return activities.TurnResult{}, activities.SandboxGonef("container vanished")
+			return activities.TurnResult{}, errs.SandboxGonef("container vanished")
 		}
 		return f.turn(ctx, in)
 	})
@@ -149,7 +150,7 @@ func TestVanishedSandboxRetriesWithFreshOne(t *testing.T) {
 func TestInfraExhaustedIsRecordedNotScored(t *testing.T) {
 	f := &fakeSandbox{}
 	env := newEnv(t, f)
-	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(activities.TurnResult{}, activities.SandboxGonef("gone again"))
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(activities.TurnResult{}, errs.SandboxGonef("gone again"))
 	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
 	require.Equal(t, OutcomeInfraError, res.Outcome)
 	require.False(t, res.Scored)
@@ -159,7 +160,7 @@ func TestInfraExhaustedIsRecordedNotScored(t *testing.T) {
 }
 
 func TestTaskInvalidStopsAtOnce(t *testing.T) {
-	f := &fakeSandbox{createErr: activities.TaskInvalidf("environment/Dockerfile: build failed")}
+	f := &fakeSandbox{createErr: errs.TaskInvalidf("environment/Dockerfile: build failed")}
 	env := newEnv(t, f)
 	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
 	require.Equal(t, OutcomeTaskInvalid, res.Outcome)
@@ -175,7 +176,7 @@ func TestVerifierErrorIsNotRewardZero(t *testing.T) {
 	var verifies atomic.Int32
 	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(func(context.Context, activities.VerifyInput) (activities.VerifyResult, error) {
 		verifies.Add(1)
-		return activities.VerifyResult{}, activities.VerifierErrorf("no results in /logs/verifier")
+		return activities.VerifyResult{}, errs.Verifierf("no results in /logs/verifier")
 	})
 	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
 	require.Equal(t, OutcomeVerifierError, res.Outcome)

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -73,13 +74,13 @@ func SynthesisWorkflowID(runID, seedID string, chain int) string {
 // new variation up to MaxVariations, then the seed stops growing.
 func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult, error) {
 	if in.Rounds <= 0 || in.Seed.ID == "" {
-		return SynthesisResult{}, temporal.NewNonRetryableApplicationError("synthesis: rounds must be > 0 and seed set", activities.ErrBadInput, nil)
+		return SynthesisResult{}, temporal.NewNonRetryableApplicationError("synthesis: rounds must be > 0 and seed set", errs.BadInput, nil)
 	}
 	if in.MaxVariations <= 0 {
 		in.MaxVariations = 3
 	}
 	if err := in.Synth.Validate(); err != nil {
-		return SynthesisResult{}, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrBadInput, nil)
+		return SynthesisResult{}, temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
 	res := SynthesisResult{Seed: in.Seed, Chain: in.Chain, Accepted: []RoundRecord{}, Rejected: []Rejection{}}
 	var prog SynthesisProgress
@@ -91,7 +92,7 @@ func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult
 		TaskQueue:           ids.ControlQueue,
 		StartToCloseTimeout: 10 * time.Minute,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
-			NonRetryableErrorTypes: []string{activities.ErrSynthesisRejected, activities.ErrBadInput, activities.ErrTaskInvalid}},
+			NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
 	})
 	campaign := fmt.Sprintf("%s-%s-c%d", ids.Clean(in.RunID), in.Seed.ID[:8], in.Chain)
 	cur := in.Seed
@@ -109,7 +110,7 @@ func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult
 			sctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{
 				TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
 				RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
-					NonRetryableErrorTypes: []string{activities.ErrSynthesisRejected, activities.ErrBadInput, activities.ErrTaskInvalid}},
+					NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
 				Summary: fmt.Sprintf("synthesize round %d variation %d", round, v+1),
 			})
 			err := workflow.ExecuteActivity(sctx, act.Synthesize, activities.SynthesizeInput{
@@ -120,7 +121,7 @@ func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult
 					return res, err
 				}
 				class := "infra"
-				if k := errorType(err); k == activities.ErrSynthesisRejected || k == activities.ErrTaskInvalid {
+				if k := errorType(err); k == errs.SynthesisRejected || k == errs.TaskInvalid {
 					class = "invalid_output"
 				}
 				reject(class, oneLine(err))
@@ -214,7 +215,7 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 		in.Concurrency = 2
 	}
 	if len(in.Seeds) == 0 || in.Pool == "" {
-		return SynthSweepResult{}, temporal.NewNonRetryableApplicationError("synth sweep: seeds and pool are required", activities.ErrBadInput, nil)
+		return SynthSweepResult{}, temporal.NewNonRetryableApplicationError("synth sweep: seeds and pool are required", errs.BadInput, nil)
 	}
 	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("synth"))
 	type job struct{ seed, chain int }

@@ -18,6 +18,13 @@ const (
 	SandboxGone = "SandboxGone"
 	BadInput    = "BadInput" // a caller's mistake: non-retryable
 	Cancelled   = "Cancelled"
+	// PartialBatch: a PPO step or warm-up round kept too few usable rollouts.
+	PartialBatch = "PartialBatch"
+	// WarmupGate: the critic's explained variance stayed below the gate.
+	WarmupGate = "WarmupGate"
+	// SynthesisRejected: a synthesizer proposal that is not a valid task; the
+	// round tries another variation.
+	SynthesisRejected = "SynthesisRejected"
 )
 
 // Infraf is a retryable infrastructure failure.
@@ -48,4 +55,9 @@ func BadInputf(format string, args ...any) error {
 // RoutingMissingf is retryable by default: the rollout retries with a fresh sandbox.
 func RoutingMissingf(format string, args ...any) error {
 	return temporal.NewApplicationError(fmt.Sprintf(format, args...), RoutingMissing)
+}
+
+// SynthesisRejectedf is a proposal the round rejects: non-retryable.
+func SynthesisRejectedf(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), SynthesisRejected, nil)
 }
