@@ -18,11 +18,11 @@ import (
 	"github.com/hashicorp/go-multierror"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -79,35 +79,6 @@ func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, e
 	return t, nil
 }
 
-func heartbeat(ctx context.Context, details ...any) {
-	if activity.IsActivity(ctx) {
-		activity.RecordHeartbeat(ctx, details...)
-	}
-}
-
-// keepHeartbeating heartbeats every interval until the returned func is called.
-func keepHeartbeating(ctx context.Context, every time.Duration) func() {
-	if !activity.IsActivity(ctx) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(every)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
-}
-
 // ContainerName is the sandbox's name: the same across retries of one
 // creation, so a retry adopts the container instead of leaking a second one.
 func ContainerName(rolloutID string, sandboxAttempt int) string {
@@ -124,12 +95,12 @@ func ContainerName(rolloutID string, sandboxAttempt int) string {
 func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (CreateSandboxResult, error) {
 	// The base image build can run for minutes without output: heartbeat
 	// on a timer so a dead worker is still noticed quickly.
-	defer keepHeartbeating(ctx, 5*time.Second)()
+	defer heartbeat.Every(ctx, 5*time.Second, nil)()
 	t, err := a.fetchTask(ctx, in.Task)
 	if err != nil {
 		return CreateSandboxResult{}, err
 	}
-	img, built, err := a.Docker.EnsureTaskImage(ctx, t, func(line string) { heartbeat(ctx, "build: "+line) })
+	img, built, err := a.Docker.EnsureTaskImage(ctx, t, func(line string) { heartbeat.Record(ctx, "build: "+line) })
 	if err != nil {
 		return CreateSandboxResult{}, err
 	}
@@ -260,7 +231,7 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	res.Command = cmd
 	er, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, cmd, ExecOptions{
 		Timeout:  time.Duration(in.TimeoutSec * float64(time.Second)),
-		Progress: func() { heartbeat(ctx, fmt.Sprintf("turn %d running", in.Turn)) },
+		Progress: func() { heartbeat.Record(ctx, fmt.Sprintf("turn %d running", in.Turn)) },
 	})
 	if err != nil {
 		return res, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
@@ -377,7 +348,7 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 			name = strings.TrimPrefix(c.Names[0], "/")
 		}
 		res.Removed = append(res.Removed, name+" ("+reason+")")
-		heartbeat(ctx, len(res.Removed))
+		heartbeat.Record(ctx, len(res.Removed))
 	}
 	if err := failed.ErrorOrNil(); err != nil {
 		return res, errs.Infraf("reaper removed %d, failed on %d: %v", len(res.Removed), failed.Len(), err)

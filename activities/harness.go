@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 )
 
 // The Terminus-style harness: the model answers each turn with one JSON
@@ -168,7 +169,7 @@ func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cm
 	// The raw output is capped later; allow enough here to find the marker.
 	res, err := a.Docker.Exec(ctx, id, script.String(), ExecOptions{
 		Timeout: budget + 30*time.Second, User: "root", HeadCap: 1 << 10, TailCap: 64 << 10,
-		Progress: func() { heartbeat(ctx, "terminal") },
+		Progress: func() { heartbeat.Record(ctx, "terminal") },
 	})
 	if err != nil {
 		return "", offset, err

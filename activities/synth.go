@@ -14,6 +14,7 @@ import (
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/audit"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/synth"
 	"github.com/t1flow/t1flow/internal/task"
@@ -182,7 +183,7 @@ func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (ma
 			return nil, err
 		}
 		sh[i] = s
-		heartbeat(ctx, i)
+		heartbeat.Record(ctx, i)
 	}
 	var evals []map[uint64]bool
 	for _, e := range in.Eval {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -64,7 +65,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		Env:      env,
 		HeadCap:  4 << 10,
 		TailCap:  4 << 10,
-		Progress: func() { heartbeat(ctx, "verifying") },
+		Progress: func() { heartbeat.Record(ctx, "verifying") },
 	})
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)

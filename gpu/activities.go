@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 )
@@ -84,33 +85,17 @@ func classify(err error) error {
 	return errs.Infraf("trainer: %v", err)
 }
 
+// heartbeatProgress heartbeats every 2 s with the trainer's progress.
 func (a *Activities) heartbeatProgress(ctx context.Context) func() {
-	if !activity.IsActivity(ctx) {
-		return func() {}
-	}
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-				p, err := a.Trainer.Progress(pctx)
-				cancel()
-				if err == nil {
-					activity.RecordHeartbeat(ctx, p)
-				} else {
-					activity.RecordHeartbeat(ctx, "trainer unreachable: "+err.Error())
-				}
-			}
+	return heartbeat.Every(ctx, 2*time.Second, func(ctx context.Context) any {
+		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		p, err := a.Trainer.Progress(pctx)
+		if err != nil {
+			return "trainer unreachable: " + err.Error()
 		}
-	}()
-	return func() { close(done) }
+		return p
+	})
 }
 
 // batchMeta is the trainer's meta.json.
