@@ -17,6 +17,7 @@ import (
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/text"
 	"github.com/t1flow/t1flow/internal/trajectory"
 )
 
@@ -289,8 +290,8 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	seg.Result.Stitch = stitchCase(resp, im)
 
 	// Act on the response.
-	text := resp.Text
-	action, cmds, summary, perr := parseTurn(text)
+	reply := resp.Text
+	action, cmds, summary, perr := parseTurn(reply)
 	budget := time.Duration(in.TimeoutSec * float64(time.Second))
 	tTerm := time.Now()
 	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, ep.offset, budget)
@@ -333,7 +334,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	seg.Result.Command = strings.Join(summary, " ; ")
 	seg.Result.Tokens = len(out)
 	seg.Result.DurationMs = time.Since(start).Milliseconds()
-	seg.Result.Preview = truncateStr(terminal, PreviewBytes)
+	seg.Result.Preview = text.Truncate(terminal, PreviewBytes)
 	seg.Result.OutputBytes = int64(len(raw))
 	if done {
 		seg.Result.Final, seg.Result.EndReason = true, EndTaskComplete
@@ -460,7 +461,7 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 	if maxNew <= 0 {
 		maxNew = defaultMaxNewTokens
 	}
-	text, _, err := cc.Complete(ctx, msgs, maxNew, in.Agent.Temperature)
+	reply, _, err := cc.Complete(ctx, msgs, maxNew, in.Agent.Temperature)
 	if err != nil {
 		var se *gpu.StatusError
 		if errors.As(err, &se) && se.Status == 400 && strings.Contains(strings.ToLower(se.Msg), "context") {
@@ -470,8 +471,8 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		}
 		return TurnResult{}, inferenceErr(err)
 	}
-	seg.Messages = append(seg.Messages, gpu.ChatMessage{Role: "assistant", Content: text})
-	action, cmds, summary, perr := parseTurn(text)
+	seg.Messages = append(seg.Messages, gpu.ChatMessage{Role: "assistant", Content: reply})
+	action, cmds, summary, perr := parseTurn(reply)
 	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, seg.PaneOffset, time.Duration(in.TimeoutSec*float64(time.Second)))
 	if err != nil {
 		return TurnResult{}, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
@@ -494,7 +495,7 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 	seg.Result.Turn = in.Turn
 	seg.Result.Command = strings.Join(summary, " ; ")
 	seg.Result.DurationMs = time.Since(start).Milliseconds()
-	seg.Result.Preview = truncateStr(terminal, PreviewBytes)
+	seg.Result.Preview = text.Truncate(terminal, PreviewBytes)
 	seg.Result.OutputBytes = int64(len(raw))
 	if err := ep.commit(seg); err != nil {
 		return TurnResult{}, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
+	"github.com/t1flow/t1flow/internal/text"
 )
 
 // The Terminus-style harness: the model answers each turn with one JSON
@@ -103,8 +104,6 @@ const (
 	paneLog     = "/tmp/.t1flow-pane.log"
 )
 
-func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
-
 // tmuxSetup starts the session and pipes its output to paneLog.
 func tmuxSetup() string {
 	return fmt.Sprintf(`command -v tmux >/dev/null || { echo "tmux is not installed in the sandbox image" >&2; exit 3; }
@@ -120,7 +119,7 @@ func tmuxKeys(cmds []Keys, budget time.Duration) string {
 		parts := strings.Split(c.Keystrokes, "\n")
 		for i, p := range parts {
 			if p != "" {
-				fmt.Fprintf(&b, "tmux send-keys -t %s -l -- %s\n", tmuxSession, shellQuote(p))
+				fmt.Fprintf(&b, "tmux send-keys -t %s -l -- %s\n", tmuxSession, text.ShellQuote(p))
 			}
 			if i < len(parts)-1 {
 				fmt.Fprintf(&b, "tmux send-keys -t %s Enter\n", tmuxSession)
@@ -144,18 +143,11 @@ func readPane(offset int64) string {
 func splitPane(out string) (int64, string, error) {
 	head, body, ok := strings.Cut(out, "\n---t1flow---\n")
 	if !ok {
-		return 0, "", fmt.Errorf("pane read: marker missing in %q", truncateStr(out, 200))
+		return 0, "", fmt.Errorf("pane read: marker missing in %q", text.Truncate(out, 200))
 	}
 	lines := strings.Split(strings.TrimSpace(head), "\n")
 	n, err := strconv.ParseInt(strings.TrimSpace(lines[len(lines)-1]), 10, 64)
 	return n, body, err
-}
-
-func truncateStr(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // terminalStep runs keystrokes (if any) and returns the pane output since offset.

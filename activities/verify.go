@@ -18,6 +18,7 @@ import (
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/text"
 )
 
 // VerifierDir is where tests/test.sh writes its results.
@@ -232,7 +233,7 @@ func parseCTRF(b []byte) ([]Assertion, error) {
 		case "skipped", "pending":
 			st = StatusSkipped
 		}
-		out = append(out, Assertion{Name: t.Name, Status: st, Message: capString(t.Message, 300)})
+		out = append(out, Assertion{Name: t.Name, Status: st, Message: text.Truncate(t.Message, 300)})
 	}
 	return out, nil
 }
@@ -276,7 +277,7 @@ func parseJUnit(b []byte) ([]Assertion, error) {
 			case c.Skipped != nil:
 				a.Status, a.Message = StatusSkipped, c.Skipped.Message
 			}
-			a.Message = capString(a.Message, 300)
+			a.Message = text.Truncate(a.Message, 300)
 			out = append(out, a)
 		}
 		for _, sub := range s.Suites {
@@ -285,11 +286,4 @@ func parseJUnit(b []byte) ([]Assertion, error) {
 	}
 	walk(root)
 	return out, nil
-}
-
-func capString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "..."
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/text"
 )
 
 // act is only used for method references: the SDK resolves the activity name.
@@ -186,7 +187,7 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 		r.status.Turn = turn
 		summary := fmt.Sprintf("turn %d", turn)
 		if c := r.in.Agent.NextCommand(turn); c != "" {
-			summary += ": " + truncate(c, 120)
+			summary += ": " + text.Truncate(c, 120)
 		}
 		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 			TaskQueue:              sb.HostQueue,
@@ -212,7 +213,7 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 		}
 		r.rec.Turns = append(r.rec.Turns, tr)
 		res.Turns = len(r.rec.Turns)
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("turn %d: `%s` → exit %d in %d ms", turn, truncate(tr.Command, 80), tr.ExitCode, tr.DurationMs))
+		workflow.SetCurrentDetails(ctx, fmt.Sprintf("turn %d: `%s` → exit %d in %d ms", turn, text.Truncate(tr.Command, 80), tr.ExitCode, tr.DurationMs))
 		if tr.TimedOut && limit >= remaining {
 			res.AgentEnd = AgentEndTimeout
 			break
@@ -298,12 +299,5 @@ func oneLine(err error) string {
 		msg = ae.Type() + ": " + ae.Message()
 	}
 	msg = strings.ReplaceAll(msg, "\n", " ")
-	return truncate(msg, 400)
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
+	return text.Truncate(msg, 400)
 }

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"math/rand"
 	"strings"
+
+	"github.com/t1flow/t1flow/internal/text"
 )
 
 // Step is what one generator contributes to a round.
@@ -45,7 +47,7 @@ func picks(r *rand.Rand, xs []string, n int) []string {
 }
 
 // q quotes for bash single quotes.
-func q(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+var q = text.ShellQuote
 
 // Generators is the library, across the task categories of the T1 pool.
 var Generators = []Generator{
