@@ -12,6 +12,7 @@ import (
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/text"
+	"github.com/t1flow/t1flow/sandbox"
 )
 
 // The Terminus-style harness: the model answers each turn with one JSON
@@ -93,7 +94,7 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1
 // cleanTerminal strips escape sequences and caps the text, head and tail kept.
 func cleanTerminal(s string, head, tail int) string {
 	s = ansi.ReplaceAllString(s, "")
-	c := NewCappedBuffer(head, tail)
+	c := sandbox.NewCappedBuffer(head, tail)
 	c.Write([]byte(s))
 	return c.String()
 }
@@ -159,7 +160,7 @@ func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cm
 	script.WriteString(tmuxKeys(cmds, budget))
 	script.WriteString(readPane(offset))
 	// The raw output is capped later; allow enough here to find the marker.
-	res, err := a.Docker.Exec(ctx, id, script.String(), ExecOptions{
+	res, err := a.Docker.Exec(ctx, id, script.String(), sandbox.ExecOptions{
 		Timeout: budget + 30*time.Second, User: "root", HeadCap: 1 << 10, TailCap: 64 << 10,
 		Progress: func() { heartbeat.Record(ctx, "terminal") },
 	})

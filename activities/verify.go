@@ -1,14 +1,11 @@
 package activities
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"fmt"
-	"io"
 	"path"
 	"sort"
 	"strconv"
@@ -19,6 +16,7 @@ import (
 	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/text"
+	"github.com/t1flow/t1flow/sandbox"
 )
 
 // VerifierDir is where tests/test.sh writes its results.
@@ -60,7 +58,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		env = append(env, k+"="+v)
 	}
 	sort.Strings(env)
-	er, err := a.Docker.Exec(ctx, id, "bash /tests/test.sh", ExecOptions{
+	er, err := a.Docker.Exec(ctx, id, "bash /tests/test.sh", sandbox.ExecOptions{
 		Timeout:  time.Duration(timeout * float64(time.Second)),
 		User:     "root",
 		Env:      env,
@@ -82,7 +80,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "read %s from %s", VerifierDir, in.Sandbox.Name)
 	}
-	files, err := untarFiles(results, 4<<20)
+	files, err := sandbox.UntarFiles(results, 4<<20)
 	if err != nil {
 		return VerifyResult{}, errs.Verifierf("read %s: %v", VerifierDir, err)
 	}
@@ -94,42 +92,6 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	vr.DurationMs = er.Duration.Milliseconds()
 	vr.Preview = preview
 	return vr, nil
-}
-
-// ExecRaw runs a short bash script directly (no timeout wrapper).
-func (d *Docker) ExecRaw(ctx context.Context, id, script, user string) (ExecResult, error) {
-	return d.exec(ctx, id, []string{"bash", "-c", script}, ExecOptions{User: user, Timeout: time.Minute})
-}
-
-// untarFiles reads regular files (base names) from a tar, each capped at max bytes.
-func untarFiles(b []byte, max int64) (map[string][]byte, error) {
-	out := map[string][]byte{}
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		if h.Size > max {
-			return nil, fmt.Errorf("%s is %d bytes, more than the %d a result file may have", h.Name, h.Size, max)
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, err
-		}
-		// CopyFromContainer roots the tar at "verifier/".
-		name := h.Name
-		if i := strings.Index(name, "/"); i >= 0 {
-			name = name[i+1:]
-		}
-		out[name] = data
-	}
 }
 
 // ParseResults turns the verifier's result files into assertions. Preference:

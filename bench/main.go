@@ -31,6 +31,7 @@ import (
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -56,7 +57,7 @@ func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Micros
 func run(out string, n, turns int) error {
 	ctx := context.Background()
 	state := testenv.StateDir()
-	d, err := activities.NewDocker(ctx, state)
+	d, err := sandbox.NewDocker(ctx, state)
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/roles"
+	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -66,9 +67,9 @@ func run() error {
 	}
 	acts := &activities.Activities{Store: st, Host: ids.Clean(*host),
 		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes")}
-	sandbox := set[roles.Sandbox]
-	if sandbox || *prepareOnly {
-		d, err := activities.NewDocker(ctx, config.Home())
+	sandboxRole := set[roles.Sandbox]
+	if sandboxRole || *prepareOnly {
+		d, err := sandbox.NewDocker(ctx, config.Home())
 		if err != nil {
 			return err
 		}
@@ -103,7 +104,7 @@ func run() error {
 	defer c.Close()
 	acts.Temporal = c
 
-	if sandbox {
+	if sandboxRole {
 		if err := ensureReaperSchedule(ctx, c, acts.Host, *reaperEvery, *reaperTTL); err != nil {
 			return err
 		}

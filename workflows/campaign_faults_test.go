@@ -15,10 +15,10 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -79,7 +79,7 @@ func TestCampaignSurvivesCrashes(t *testing.T) {
 		return func() bool {
 			s, ok := status()
 			return ok && s.Phase == workflows.PhasePPO && s.Step == step-1 && strings.HasPrefix(s.InFlight, "ppo step") &&
-				len(testenv.Containers(t, activities.LabelHost, host)) > 0 && !strings.Contains(readFile(opsLog), fmt.Sprintf("/ppo/%d", step))
+				len(testenv.Containers(t, sandbox.LabelHost, host)) > 0 && !strings.Contains(readFile(opsLog), fmt.Sprintf("/ppo/%d", step))
 		}
 	}
 	// ppo_step of step n has begun and not finished.
@@ -158,7 +158,7 @@ func TestCampaignSurvivesCrashes(t *testing.T) {
 			t.Errorf("step %d: %d rollout executions for %d tasks", r.Step, n.Count, cfg.PPO.TasksPerStep)
 		}
 	}
-	if left := testenv.Containers(t, activities.LabelHost, host); len(left) != 0 {
+	if left := testenv.Containers(t, sandbox.LabelHost, host); len(left) != 0 {
 		t.Errorf("sandboxes left: %v", left)
 	}
 }

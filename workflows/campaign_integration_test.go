@@ -12,11 +12,11 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
-	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/campaign"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -143,7 +143,7 @@ func TestCampaignEndToEndWithTrainerCrash(t *testing.T) {
 	if !strings.Contains(string(log), fmt.Sprintf("begin ppo_step %s/%s/ppo/1", name, st.Epoch)) {
 		t.Errorf("no trace of the interrupted step in ops.log:\n%s", log)
 	}
-	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 {
+	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
 		t.Errorf("sandboxes left: %v", left)
 	}
 }
@@ -187,7 +187,7 @@ func TestCampaignPauseResumeAndStatus(t *testing.T) {
 	if s.Step != stepWhilePaused || !s.Paused {
 		t.Fatalf("a paused campaign kept stepping: %d then %d", stepWhilePaused, s.Step)
 	}
-	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 && s.InFlight == "" {
+	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 && s.InFlight == "" {
 		t.Errorf("a paused campaign left sandboxes running: %v", left)
 	}
 	if _, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdateResume, WaitForStage: client.WorkflowUpdateStageCompleted}); err != nil {
@@ -237,7 +237,7 @@ func TestCampaignCancelLeavesNoSandboxOrPartialCheckpoint(t *testing.T) {
 	run := startCampaign(t, r.c, cfg)
 	// Cancel while rollouts hold sandboxes.
 	deadline := time.Now().Add(5 * time.Minute)
-	for len(testenv.Containers(t, activities.LabelHost, r.host)) == 0 {
+	for len(testenv.Containers(t, sandbox.LabelHost, r.host)) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no sandbox ever ran")
 		}
@@ -252,7 +252,7 @@ func TestCampaignCancelLeavesNoSandboxOrPartialCheckpoint(t *testing.T) {
 		t.Fatal("a cancelled campaign should end cancelled")
 	}
 	for {
-		left := testenv.Containers(t, activities.LabelHost, r.host)
+		left := testenv.Containers(t, sandbox.LabelHost, r.host)
 		if len(left) == 0 {
 			break
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -135,7 +136,7 @@ func TestOracleResolvesEveryExampleAndNopNone(t *testing.T) {
 	if len(nop.Rollouts) != len(refs) || nop.Summary.Resolved != 0 {
 		t.Errorf("nop: %d rollouts, %d resolved", len(nop.Rollouts), nop.Summary.Resolved)
 	}
-	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 {
+	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
 		t.Errorf("sandboxes left after the sweeps: %v", left)
 	}
 }
@@ -210,13 +211,13 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 		}
 		v, err := r.c.QueryWorkflow(context.Background(), run.GetID(), "", workflows.QueryProgress)
 		var p workflows.EvalProgress
-		if err == nil && v.Get(&p) == nil && p.Done >= 1 && p.Running >= 1 && len(testenv.Containers(t, activities.LabelHost, r.host)) > 0 {
+		if err == nil && v.Get(&p) == nil && p.Done >= 1 && p.Running >= 1 && len(testenv.Containers(t, sandbox.LabelHost, r.host)) > 0 {
 			break
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	w.Kill9(t)
-	if len(testenv.Containers(t, activities.LabelHost, r.host)) == 0 {
+	if len(testenv.Containers(t, sandbox.LabelHost, r.host)) == 0 {
 		t.Fatal("expected the killed worker's sandboxes to outlive it")
 	}
 	time.Sleep(time.Second)
@@ -256,10 +257,10 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	}
 
 	// A leftover from a crash whose workflow is gone: the reaper removes it.
-	base := activities.BaseImageTag()
+	base := sandbox.BaseImageTag()
 	out, err := exec.Command("docker", "run", "-d", "--network", "none",
-		"--label", activities.LabelRollout+"=orphan", "--label", activities.LabelHost+"="+r.host,
-		"--label", activities.LabelWorkflow+"=rollout/never-existed", base, "sleep", "600").CombinedOutput()
+		"--label", sandbox.LabelRollout+"=orphan", "--label", sandbox.LabelHost+"="+r.host,
+		"--label", sandbox.LabelWorkflow+"=rollout/never-existed", base, "sleep", "600").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)
 	}
@@ -267,8 +268,8 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	// another Temporal): its workflow is unknown here, and it is not ours to remove.
 	other := r.host + "-other"
 	out, err = exec.Command("docker", "run", "-d", "--network", "none",
-		"--label", activities.LabelRollout+"=someone-elses", "--label", activities.LabelHost+"="+other,
-		"--label", activities.LabelWorkflow+"=rollout/elsewhere", base, "sleep", "600").CombinedOutput()
+		"--label", sandbox.LabelRollout+"=someone-elses", "--label", sandbox.LabelHost+"="+other,
+		"--label", sandbox.LabelWorkflow+"=rollout/elsewhere", base, "sleep", "600").CombinedOutput()
 	if err != nil {
 		t.Fatalf("docker run: %v %s", err, out)
 	}
@@ -287,10 +288,10 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	if len(rr.Removed) < 1 {
 		t.Errorf("the reaper removed nothing: %+v", rr)
 	}
-	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 {
+	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
 		t.Errorf("t1flow containers left after the reaper: %v", left)
 	}
-	if kept := testenv.Containers(t, activities.LabelHost, other); len(kept) != 1 {
+	if kept := testenv.Containers(t, sandbox.LabelHost, other); len(kept) != 1 {
 		t.Errorf("the reaper of %s touched another host's sandbox: %v", r.host, kept)
 	}
 }

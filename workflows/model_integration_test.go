@@ -15,6 +15,7 @@ import (
 	"github.com/t1flow/t1flow/internal/safetensors"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -161,7 +162,7 @@ func TestMissingRoutingAbortsRetriesAndCounts(t *testing.T) {
 	if sum != len(refs) || s.Outcomes[workflows.OutcomeAborted] != aborted || s.Scored != len(refs)-aborted {
 		t.Fatalf("totals do not add up: %+v (aborted %d)", s, aborted)
 	}
-	if left := testenv.Containers(t, activities.LabelHost, r.host); len(left) != 0 {
+	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
 		t.Errorf("sandboxes left: %v", left)
 	}
 }

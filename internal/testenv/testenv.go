@@ -26,6 +26,7 @@ import (
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/sandbox"
 )
 
 // Required reports whether integration tests must run.
@@ -118,9 +119,9 @@ func Stop() {
 }
 
 // Docker returns a client for a daemon that answers, with the base image built.
-func Docker(tb testing.TB) *activities.Docker {
+func Docker(tb testing.TB) *sandbox.Docker {
 	tb.Helper()
-	d, err := activities.NewDocker(context.Background(), StateDir())
+	d, err := sandbox.NewDocker(context.Background(), StateDir())
 	if err != nil {
 		unavailable(tb, "%v", err)
 	}

@@ -1,4 +1,4 @@
-package activities_test
+package sandbox_test
 
 import (
 	"context"
@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/t1flow/t1flow/activities"
-	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 )
 
 // sandboxFor builds the task's image and starts a sandbox, removed when the test ends.
-func sandboxFor(t *testing.T, d *activities.Docker, dir string) (*task.Task, string) {
+func sandboxFor(t *testing.T, d *sandbox.Docker, dir string) (*task.Task, string) {
 	t.Helper()
 	ctx := context.Background()
 	tk, err := task.Load(dir)
@@ -25,16 +24,16 @@ func sandboxFor(t *testing.T, d *activities.Docker, dir string) (*task.Task, str
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := activities.ContainerName(testenv.HostName("unit")+"."+tk.ID, 1)
-	id, err := d.StartSandbox(ctx, name, img, tk, map[string]string{activities.LabelRollout: "unit-" + tk.ID, activities.LabelCampaign: "unit"})
+	name := sandbox.ContainerName(testenv.HostName("unit")+"."+tk.ID, 1)
+	id, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), map[string]string{sandbox.LabelRollout: "unit-" + tk.ID, sandbox.LabelCampaign: "unit"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Remove(context.Background(), id) })
 	// A retried creation adopts the running container instead of leaking another.
-	again, err := d.StartSandbox(ctx, name, img, tk, map[string]string{activities.LabelRollout: "unit-" + tk.ID, activities.LabelCampaign: "unit"})
+	again, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), map[string]string{sandbox.LabelRollout: "unit-" + tk.ID, sandbox.LabelCampaign: "unit"})
 	if err != nil || again != id {
-		t.Fatalf("second StartSandbox: %s, %v; want the same container %s", again, err, id)
+		t.Fatalf("second Start: %s, %v; want the same container %s", again, err, id)
 	}
 	return tk, id
 }
@@ -60,12 +59,12 @@ func TestSandboxIsolationAndLimits(t *testing.T) {
 	if !strings.Contains(strings.Join(hc.SecurityOpt, ","), "no-new-privileges") {
 		t.Errorf("security opts %v", hc.SecurityOpt)
 	}
-	for _, l := range []string{activities.LabelRollout, activities.LabelCreated, activities.LabelCampaign} {
+	for _, l := range []string{sandbox.LabelRollout, sandbox.LabelCreated, sandbox.LabelCampaign} {
 		if ins.Config.Labels[l] == "" {
 			t.Errorf("label %s missing", l)
 		}
 	}
-	res, err := d.Exec(ctx, id, "ls /sys/class/net; test -e /var/run/docker.sock && echo SOCKET; useradd probe && chown probe /tmp && echo ADMIN-OK", activities.ExecOptions{Timeout: 30 * time.Second})
+	res, err := d.Exec(ctx, id, "ls /sys/class/net; test -e /var/run/docker.sock && echo SOCKET; useradd probe && chown probe /tmp && echo ADMIN-OK", sandbox.ExecOptions{Timeout: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +72,7 @@ func TestSandboxIsolationAndLimits(t *testing.T) {
 		t.Errorf("inside the sandbox: %q", res.Output)
 	}
 	// Capabilities that tasks do not need are gone.
-	res, _ = d.Exec(ctx, id, "mount -t tmpfs x /mnt 2>&1; echo rc=$?", activities.ExecOptions{Timeout: 30 * time.Second})
+	res, _ = d.Exec(ctx, id, "mount -t tmpfs x /mnt 2>&1; echo rc=$?", sandbox.ExecOptions{Timeout: 30 * time.Second})
 	if strings.Contains(res.Output, "rc=0") {
 		t.Errorf("mount worked inside the sandbox: %q", res.Output)
 	}
@@ -83,7 +82,7 @@ func TestExecCapsOutputAndTimesOut(t *testing.T) {
 	d := testenv.Docker(t)
 	ctx := context.Background()
 	_, id := sandboxFor(t, d, "../examples/tasks/log-level-counter")
-	res, err := d.Exec(ctx, id, "echo START; head -c 200000 /dev/zero | tr '\\0' a; echo; echo END; exit 3", activities.ExecOptions{Timeout: 30 * time.Second, HeadCap: 100, TailCap: 100})
+	res, err := d.Exec(ctx, id, "echo START; head -c 200000 /dev/zero | tr '\\0' a; echo; echo END; exit 3", sandbox.ExecOptions{Timeout: 30 * time.Second, HeadCap: 100, TailCap: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,14 +93,14 @@ func TestExecCapsOutputAndTimesOut(t *testing.T) {
 		t.Fatalf("bytes %d dropped %d", res.Bytes, res.Dropped)
 	}
 	start := time.Now()
-	res, err = d.Exec(ctx, id, "sleep 60 & sleep 60; echo never", activities.ExecOptions{Timeout: time.Second})
+	res, err = d.Exec(ctx, id, "sleep 60 & sleep 60; echo never", sandbox.ExecOptions{Timeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !res.TimedOut || strings.Contains(res.Output, "never") || time.Since(start) > 20*time.Second {
 		t.Fatalf("timeout not enforced: %+v after %s", res, time.Since(start))
 	}
-	ps, _ := d.Exec(ctx, id, "ps -eo args | grep -c '^sleep 60' || true", activities.ExecOptions{Timeout: 10 * time.Second})
+	ps, _ := d.Exec(ctx, id, "ps -eo args | grep -c '^sleep 60' || true", sandbox.ExecOptions{Timeout: 10 * time.Second})
 	if strings.TrimSpace(ps.Output) != "0" {
 		t.Fatalf("the timed-out command's process group survived: %q", ps.Output)
 	}
@@ -118,7 +117,7 @@ func TestCopyInOutAndDestroy(t *testing.T) {
 	if err := d.CopyIn(ctx, id, "/", b); err != nil {
 		t.Fatal(err)
 	}
-	res, _ := d.Exec(ctx, id, "test -x /probe/test.sh && wc -c < /probe/test_outputs.py", activities.ExecOptions{Timeout: 10 * time.Second})
+	res, _ := d.Exec(ctx, id, "test -x /probe/test.sh && wc -c < /probe/test_outputs.py", sandbox.ExecOptions{Timeout: 10 * time.Second})
 	if res.ExitCode != 0 {
 		t.Fatalf("copied files missing or not executable: %q", res.Output)
 	}
@@ -132,35 +131,8 @@ func TestCopyInOutAndDestroy(t *testing.T) {
 	if err := d.Remove(ctx, id); err != nil {
 		t.Fatalf("removing a removed sandbox must succeed: %v", err)
 	}
-	_, err = d.Exec(ctx, id, "true", activities.ExecOptions{Timeout: 10 * time.Second})
-	if !errors.Is(err, activities.ErrContainerGone) {
+	_, err = d.Exec(ctx, id, "true", sandbox.ExecOptions{Timeout: 10 * time.Second})
+	if !errors.Is(err, sandbox.ErrContainerGone) {
 		t.Fatalf("exec in a removed sandbox: %v, want ErrContainerGone", err)
-	}
-}
-
-func TestVerifyIgnoresPlantedResults(t *testing.T) {
-	d := testenv.Docker(t)
-	ctx := context.Background()
-	st, _ := store.NewLocal(t.TempDir())
-	tk, id := sandboxFor(t, d, "../examples/tasks/csv-revenue-report")
-	ref, err := task.Bundle(ctx, st, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := &activities.Activities{Docker: d, Store: st, TaskCache: t.TempDir()}
-	plant := `mkdir -p /logs/verifier /tests; echo 1 > /logs/verifier/reward.txt
-echo '{"results":{"tests":[{"name":"x","status":"passed"}]}}' > /logs/verifier/ctrf.json
-printf 'def test_x():\n    pass\n' > /tests/test_outputs.py; echo 'exit 0' > /tests/test.sh
-nohup bash -c 'while :; do echo "{\"results\":{\"tests\":[{\"name\":\"x\",\"status\":\"passed\"}]}}" > /logs/verifier/ctrf.json 2>/dev/null; sleep 0.01; done' >/dev/null 2>&1 &
-echo planted`
-	if res, err := d.Exec(ctx, id, plant, activities.ExecOptions{Timeout: 10 * time.Second}); err != nil || !strings.Contains(res.Output, "planted") {
-		t.Fatalf("plant: %v %q", err, res.Output)
-	}
-	vr, err := a.Verify(ctx, activities.VerifyInput{Sandbox: activities.Sandbox{ContainerID: id, Name: "x"}, Task: ref, TimeoutSec: 60})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if vr.Format != "junit" || vr.Passed != 0 || vr.Total != 5 {
-		t.Fatalf("planted results leaked into the verdict: %+v", vr)
 	}
 }

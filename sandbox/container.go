@@ -1,0 +1,167 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// Container labels, so a reaper can find what a crash left behind.
+const (
+	LabelRollout  = "t1flow.rollout"
+	LabelTask     = "t1flow.task"
+	LabelCampaign = "t1flow.campaign"
+	LabelCreated  = "t1flow.created"
+	LabelWorkflow = "t1flow.workflow"
+	LabelHost     = "t1flow.host"
+)
+
+// keepalive is PID 1 of every sandbox: bash ignores signals sent from inside
+// the container (PID 1 is immune to SIGKILL there), reaps orphans, and lets the
+// verifier stop every agent process with kill -9 -1 without stopping the sandbox.
+var keepalive = []string{"bash", "-c", "trap '' TERM INT HUP; while :; do sleep 86400 & wait $!; done"}
+
+// Capabilities tasks need: root in the sandbox can add users, change owners
+// and permissions, and bind low ports, but not load modules, mount, or trace.
+var sandboxCaps = []string{
+	"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID",
+	"SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "AUDIT_WRITE", "MKNOD",
+}
+
+// Limits bound what one sandbox may use.
+type Limits struct {
+	CPUs     float64 // capped at this host's CPU count
+	MemoryMB int64   // also the memory+swap limit: no swap
+	Pids     int64
+	Internet bool // a bridge network; otherwise none at all
+}
+
+// TaskLimits are the limits a task's task.toml asks for.
+func TaskLimits(c task.Config) Limits {
+	return Limits{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Pids: c.Pids, Internet: c.AllowInternet}
+}
+
+// ContainerName is the sandbox's name: the same across retries of one
+// creation, so a retry adopts the container instead of leaking a second one.
+func ContainerName(rolloutID string, sandboxAttempt int) string {
+	n := "t1flow-" + ids.Clean(rolloutID)
+	if len(n) > 200 {
+		n = n[:200]
+	}
+	return fmt.Sprintf("%s-s%d", n, sandboxAttempt)
+}
+
+// Start creates and starts a container, or adopts a running one of the same
+// name, rollout label and image.
+func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, labels map[string]string) (string, error) {
+	if ins, err := d.Client.ContainerInspect(ctx, name); err == nil {
+		if ins.State != nil && ins.State.Running && ins.Config.Labels[LabelRollout] == labels[LabelRollout] && ins.Config.Image == img {
+			return ins.ID, nil
+		}
+		if err := d.Client.ContainerRemove(ctx, name, container.RemoveOptions{Force: true, RemoveVolumes: true}); err != nil && !errdefs.IsNotFound(err) {
+			return "", errs.Infraf("remove stale sandbox %s: %v", name, err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return "", errs.Infraf("docker inspect %s: %v", name, err)
+	}
+	all := map[string]string{LabelCreated: time.Now().UTC().Format(time.RFC3339)}
+	for k, v := range labels {
+		all[k] = v
+	}
+	resp, err := d.Client.ContainerCreate(ctx, &container.Config{
+		Image:    img,
+		Cmd:      keepalive,
+		Labels:   all,
+		Hostname: "sandbox",
+	}, hostConfig(lim), nil, nil, name)
+	if err != nil {
+		if errdefs.IsConflict(err) {
+			return "", errs.Infraf("sandbox %s is being created by another attempt: %v", name, err)
+		}
+		if errdefs.IsNotFound(err) {
+			d.present.Delete(img) // removed behind our back: the retry rebuilds it
+		}
+		return "", errs.Infraf("docker create %s: %v", name, err)
+	}
+	if err := d.Client.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		d.Client.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+		return "", errs.Infraf("docker start %s: %v", name, err)
+	}
+	return resp.ID, nil
+}
+
+// hostConfig confines a sandbox: its limits, no network unless allowed, and
+// only the capabilities tasks need.
+func hostConfig(lim Limits) *container.HostConfig {
+	cpus := min(lim.CPUs, float64(runtime.NumCPU()))
+	pids := lim.Pids
+	mem := lim.MemoryMB << 20
+	network := "none"
+	if lim.Internet {
+		network = "bridge"
+	}
+	return &container.HostConfig{
+		NetworkMode: container.NetworkMode(network),
+		Resources: container.Resources{
+			NanoCPUs:   int64(cpus * 1e9),
+			Memory:     mem,
+			MemorySwap: mem, // no swap: a task over its memory limit fails visibly
+			PidsLimit:  &pids,
+		},
+		CapDrop:     []string{"ALL"},
+		CapAdd:      sandboxCaps,
+		SecurityOpt: []string{"no-new-privileges"},
+	}
+}
+
+// Remove force-removes a container and its anonymous volumes; one already
+// gone (or going) is success.
+func (d *Docker) Remove(ctx context.Context, id string) error {
+	err := d.Client.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	if err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	if strings.Contains(err.Error(), "already in progress") {
+		return nil
+	}
+	return errs.Infraf("docker rm %s: %v", id, err)
+}
+
+// Container is one t1flow sandbox as the reaper sees it.
+type Container struct {
+	ID     string
+	Name   string // without the leading slash; the short ID if it has none
+	Labels map[string]string
+}
+
+// List returns host's sandboxes, running or not. Only this host's: another
+// worker sharing the daemon (or talking to another Temporal) owns its own,
+// and their workflows are unknown here.
+func (d *Docker) List(ctx context.Context, host string) ([]Container, error) {
+	list, err := d.Client.ContainerList(ctx, container.ListOptions{
+		All:     true,
+		Filters: filters.NewArgs(filters.Arg("label", LabelRollout), filters.Arg("label", LabelHost+"="+host)),
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Container, 0, len(list))
+	for _, c := range list {
+		name := c.ID[:12]
+		if len(c.Names) > 0 {
+			name = strings.TrimPrefix(c.Names[0], "/")
+		}
+		out = append(out, Container{ID: c.ID, Name: name, Labels: c.Labels})
+	}
+	return out, nil
+}

@@ -1,0 +1,88 @@
+// Package sandbox runs t1flow's Docker sandboxes: the base and task images
+// (with the alias map that keeps every build offline), one container per
+// rollout attempt with its limits and t1flow.* labels, exec with capped output
+// and timeouts, and copying files in and out. It knows nothing of Temporal:
+// activities/ wraps it in activity methods, and its tests need only Docker.
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/BurntSushi/toml"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/errdefs"
+	"golang.org/x/sync/singleflight"
+)
+
+// Docker wraps the Docker client with t1flow's image and container rules.
+type Docker struct {
+	Client *client.Client
+	// Aliases maps FROM image patterns ('*' matches anything) to local images;
+	// "@base" is the sandbox base image.
+	Aliases map[string]string
+	// StateDir holds build locks and the debootstrap scratch space.
+	StateDir string
+	// Mirror is the Debian mirror for debootstrap; empty reads the apt sources.
+	Mirror string
+	Log    io.Writer
+
+	builds singleflight.Group
+	// present remembers images seen on the daemon: tags are content hashes, so
+	// a tag once present means the same image (a sandbox create that finds it
+	// gone forgets it).
+	present sync.Map
+}
+
+// NewDocker connects to the daemon named by DOCKER_HOST (or the default
+// socket), negotiating the API version, and checks that it answers.
+func NewDocker(ctx context.Context, stateDir string) (*Docker, error) {
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		return nil, err
+	}
+	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := cli.Ping(pctx); err != nil {
+		return nil, fmt.Errorf("docker daemon does not answer (%v): run scripts/ensure-sandbox-host.sh, or install Docker and start dockerd", err)
+	}
+	aliases := map[string]string{}
+	for k, v := range DefaultAliases {
+		aliases[k] = v
+	}
+	return &Docker{Client: cli, Aliases: aliases, StateDir: stateDir, Log: io.Discard}, nil
+}
+
+// LoadAliases merges an alias file (TOML: [aliases] "pattern" = "image").
+func (d *Docker) LoadAliases(path string) error {
+	var f struct{ Aliases map[string]string }
+	md, err := toml.DecodeFile(path, &f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	for _, k := range md.Undecoded() {
+		return fmt.Errorf("%s: unknown key %s (expected only [aliases])", path, k)
+	}
+	for k, v := range f.Aliases {
+		d.Aliases[k] = v
+	}
+	return nil
+}
+
+func (d *Docker) imageExists(ctx context.Context, ref string) (bool, error) {
+	if _, ok := d.present.Load(ref); ok {
+		return true, nil
+	}
+	_, err := d.Client.ImageInspect(ctx, ref)
+	if err == nil {
+		d.present.Store(ref, true)
+		return true, nil
+	}
+	if errdefs.IsNotFound(err) {
+		return false, nil
+	}
+	return false, err
+}
