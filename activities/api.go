@@ -1,5 +1,6 @@
-// Package activities holds every side effect of t1flow: Docker sandboxes,
-// verification, the artifact store and the reaper.
+// Package activities holds t1flow's Temporal activities: sandbox turns,
+// verification and the reaper (thin methods over the sandbox package),
+// episodes, store writes, synthesis and audit steps.
 package activities
 
 import (
