@@ -23,7 +23,7 @@ import (
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/roles"
+	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 

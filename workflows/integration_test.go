@@ -16,10 +16,10 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 
