@@ -24,11 +24,6 @@ type AuditInput struct {
 	Similarity audit.Similarity `json:"similarity"`
 }
 
-// AuditWorkflowID names one task's audit within a run.
-func AuditWorkflowID(runID, taskID string) string {
-	return fmt.Sprintf("audit/%s/%s", ids.Clean(runID), taskID)
-}
-
 // AuditWorkflow scores one task on the eight dimensions. Executable checks
 // run as ordinary rollouts, all at once: the reference twice in fresh
 // sandboxes, the null agent, and each mutated solution.
@@ -162,7 +157,7 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 		func(i int) workflow.Future {
 			t := in.Tasks[i]
 			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-				WorkflowID: AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name,
+				WorkflowID: ids.AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name,
 			})
 			return workflow.ExecuteChildWorkflow(cctx, AuditWorkflow, AuditInput{RunID: in.RunID, Task: t, Config: in.Config, Similarity: sims[t.ID]})
 		},

@@ -37,9 +37,6 @@ const (
 	UpdateSetConcurrency = "set_concurrency"
 )
 
-// CampaignWorkflowID names a campaign.
-func CampaignWorkflowID(name string) string { return "campaign/" + ids.Clean(name) }
-
 // StepRecord is one PPO step's outcome.
 type StepRecord struct {
 	Step          int         `json:"step"`
@@ -397,7 +394,7 @@ func (c *campaignRun) eval(ctx workflow.Context, label string) error {
 	}
 	c.inFlight = "eval " + label
 	c.details(ctx)
-	sweep := fmt.Sprintf("%s-eval-%s", ids.Clean(c.cfg.Name), label)
+	sweep := ids.CampaignEvalSweepID(c.cfg.Name, label)
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: ids.EvalSweepWorkflowID(sweep), TaskQueue: ids.ControlQueue,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     fmt.Sprintf("eval %s at %s (%s)", c.cfg.Name, label, c.st.WeightVersion)})
@@ -454,7 +451,7 @@ func (c *campaignRun) warmup(ctx workflow.Context) error {
 	if err != nil {
 		return err
 	}
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: "warmup/" + ids.Clean(c.cfg.Name), TaskQueue: ids.ControlQueue,
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: ids.WarmupWorkflowID(c.cfg.Name), TaskQueue: ids.ControlQueue,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     "critic warm-up of " + c.cfg.Name})
 	var res WarmupResult
@@ -479,7 +476,7 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	if err != nil {
 		return err
 	}
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: PPOStepWorkflowID(c.cfg.Name, step), TaskQueue: ids.ControlQueue,
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: ids.PPOStepWorkflowID(c.cfg.Name, step), TaskQueue: ids.ControlQueue,
 		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
 		StaticSummary:     fmt.Sprintf("%s PPO step %d", c.cfg.Name, step)})
 	var res StepRecord
@@ -497,11 +494,6 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	res.Checkpoint = c.st.Checkpoint.Name
 	c.st.Steps = append(c.st.Steps, res)
 	return nil
-}
-
-// PPOStepWorkflowID names one step of a campaign.
-func PPOStepWorkflowID(campaignName string, step int) string {
-	return fmt.Sprintf("ppo/%s/%04d", ids.Clean(campaignName), step)
 }
 
 // PPOStepInput is one PPO step: the tasks, the sampling policy and version.

@@ -37,9 +37,6 @@ type CheckpointEvalResult struct {
 	Report  store.Ref        `json:"report"`
 }
 
-// CheckpointEvalWorkflowID names a sweep over checkpoints.
-func CheckpointEvalWorkflowID(sweepID string) string { return "evalckpt/" + ids.Clean(sweepID) }
-
 // CheckpointEvalWorkflow loads each checkpoint into inference and runs the
 // same eval sweep against it, as a child with a deterministic ID, so a re-run
 // finds finished sweeps. Rollouts sampled by any other weight version (some
@@ -68,7 +65,7 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 			return out, err
 		}
 		sweep := in.Eval
-		sweep.SweepID = fmt.Sprintf("%s-%02d-%s", in.SweepID, i+1, ids.Clean(nc.Label))
+		sweep.SweepID = ids.CheckpointSweepID(in.SweepID, i+1, nc.Label)
 		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 			WorkflowID: ids.EvalSweepWorkflowID(sweep.SweepID), TaskQueue: ids.ControlQueue,
 			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,

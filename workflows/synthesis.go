@@ -63,11 +63,6 @@ type SynthesisProgress struct {
 	Rejected  int `json:"rejected"`
 }
 
-// SynthesisWorkflowID names one chain.
-func SynthesisWorkflowID(runID, seedID string, chain int) string {
-	return fmt.Sprintf("synth/%s/%s/%d", ids.Clean(runID), seedID, chain)
-}
-
 // SynthesisWorkflow runs RST rounds on one seed. A round is accepted only if
 // the candidate's reference solution passes in a fresh sandbox and the
 // untouched environment fails its verifier; a rejected round retries with a
@@ -94,7 +89,7 @@ func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
 			NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
 	})
-	campaign := fmt.Sprintf("%s-%s-c%d", ids.Clean(in.RunID), in.Seed.ID[:8], in.Chain)
+	campaign := ids.SynthesisCampaignID(in.RunID, in.Seed.ID, in.Chain)
 	cur := in.Seed
 	var lineage []string
 	for round := 1; round <= in.Rounds; round++ {
@@ -235,7 +230,7 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 			j := jobs[i]
 			seed := in.Seeds[j.seed]
 			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-				WorkflowID: SynthesisWorkflowID(in.RunID, seed.ID, j.chain), TaskQueue: ids.ControlQueue,
+				WorkflowID: ids.SynthesisWorkflowID(in.RunID, seed.ID, j.chain), TaskQueue: ids.ControlQueue,
 				StaticSummary: fmt.Sprintf("RST on %s, chain %d", seed.Name, j.chain),
 			})
 			return workflow.ExecuteChildWorkflow(cctx, SynthesisWorkflow, SynthesisInput{
