@@ -188,8 +188,10 @@ type EvalSweepResult struct {
 	Report  store.Ref `json:"report"`
 }
 
-// EvalProgress is what the "progress" query answers.
-type EvalProgress struct {
+// Progress is what the "progress" query of a sweep answers (eval sweep, PPO
+// step, synthesis sweep, audit sweep, checkpoint eval): jobs in all, done and
+// running, and how many came out well (resolved, accepted or kept).
+type Progress struct {
 	Total    int `json:"total"`
 	Done     int `json:"done"`
 	Running  int `json:"running"`

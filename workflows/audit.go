@@ -139,8 +139,8 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 		return AuditSweepResult{}, temporal.NewNonRetryableApplicationError("audit: no tasks", errs.BadInput, nil)
 	}
 	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("audit"))
-	prog := EvalProgress{Total: len(in.Tasks)}
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return prog, nil }); err != nil {
+	prog := Progress{Total: len(in.Tasks)}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return prog, nil }); err != nil {
 		return AuditSweepResult{}, err
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{

@@ -562,8 +562,8 @@ func collect(ctx workflow.Context, campaignName, stage string, step int, tasks [
 // idempotency key.
 func PPOStepWorkflow(ctx workflow.Context, in PPOStepInput) (StepRecord, error) {
 	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.Campaign), ids.Stage.ValueSet("ppo"), ids.Step.ValueSet(int64(in.Step)))
-	prog := EvalProgress{Total: len(in.Tasks)}
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return prog, nil }); err != nil {
+	prog := Progress{Total: len(in.Tasks)}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return prog, nil }); err != nil {
 		return StepRecord{}, err
 	}
 	col, err := collect(ctx, in.Campaign, "ppo", in.Step, in.Tasks, in.Agent, in.TurnCap, in.S, in.Concurrency, in.Version, &prog.Running)

@@ -51,8 +51,8 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("checkpoint eval: agent %q: checkpoints are evaluated with the policy agent", in.Eval.Agent.Kind), errs.BadInput, nil)
 	}
 	done := 0
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) {
-		return EvalProgress{Total: len(in.Checkpoints), Done: done, Running: min(1, len(in.Checkpoints)-done)}, nil
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) {
+		return Progress{Total: len(in.Checkpoints), Done: done, Running: min(1, len(in.Checkpoints)-done)}, nil
 	}); err != nil {
 		return out, err
 	}

@@ -17,7 +17,7 @@ import (
 
 type evalSweep struct {
 	in       EvalSweepInput
-	progress EvalProgress
+	progress Progress
 	results  []RolloutResult
 }
 
@@ -54,7 +54,7 @@ func (s *evalSweep) setup(ctx workflow.Context) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
 	s.progress.Total = len(s.in.Tasks) * s.in.Attempts
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return s.progress, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return s.progress, nil }); err != nil {
 		return err
 	}
 	return workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(s.in.SweepID), ids.Stage.ValueSet("eval"))

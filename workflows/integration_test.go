@@ -209,7 +209,7 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 			t.Fatal("the sweep never reached the middle")
 		}
 		v, err := r.c.QueryWorkflow(context.Background(), run.GetID(), "", workflows.QueryProgress)
-		var p workflows.EvalProgress
+		var p workflows.Progress
 		if err == nil && v.Get(&p) == nil && p.Done >= 1 && p.Running >= 1 && len(testenv.Containers(t, activities.LabelHost, r.host)) > 0 {
 			break
 		}

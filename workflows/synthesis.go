@@ -220,8 +220,8 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 			jobs = append(jobs, job{s, c})
 		}
 	}
-	prog := EvalProgress{Total: len(jobs)}
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return prog, nil }); err != nil {
+	prog := Progress{Total: len(jobs)}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return prog, nil }); err != nil {
 		return SynthSweepResult{}, err
 	}
 	chains := make([]SynthesisResult, len(jobs))
