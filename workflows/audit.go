@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -235,15 +234,4 @@ func SummarizeAudit(vs []audit.Verdict) AuditSummary {
 		s.SolutionLength[fmt.Sprintf("%d steps", v.Steps)]++
 	}
 	return s
-}
-
-// sortedKeys is for reports that print maps in a stable order.
-func sortedKeys[M ~map[string]V, V any](m M) []string {
-	keys := make([]string, 0, len(m))
-	//workflowcheck:ignore only collects keys, sorted next
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
