@@ -3,7 +3,6 @@ package workflows
 import (
 	"fmt"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -66,11 +65,7 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 		}
 		sweep := in.Eval
 		sweep.SweepID = ids.CheckpointSweepID(in.SweepID, i+1, nc.Label)
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID: ids.EvalSweepWorkflowID(sweep.SweepID), TaskQueue: ids.ControlQueue,
-			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
-			StaticSummary:     fmt.Sprintf("eval at checkpoint %s (%s)", nc.Label, version),
-		})
+		cctx := cancelledChildCtx(ctx, ids.EvalSweepWorkflowID(sweep.SweepID), fmt.Sprintf("eval at checkpoint %s (%s)", nc.Label, version))
 		var res EvalSweepResult
 		if err := workflow.ExecuteChildWorkflow(cctx, EvalSweepWorkflow, sweep).Get(ctx, &res); err != nil {
 			return out, err
