@@ -13,8 +13,8 @@ import (
 
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/config"
-	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/worker/roles"
 )
 
 // gpuFlags configure the gpu role: the supervised trainer and, as the local
@@ -47,7 +47,5 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store) (
 		return nil, nil, err
 	}
 	fmt.Fprintf(os.Stderr, "worker: trainer on %s (%s, log %s); inference %s\n", l.Trainer.URL(), slots[0], l.Trainer.LogPath, l.Acts.Inference.BaseURL)
-	w := worker.New(c, ids.GPUQueue, worker.Options{MaxConcurrentActivityExecutionSize: 4})
-	w.RegisterActivity(l.Acts)
-	return w, l.Stop, nil
+	return roles.NewGPU(c, l.Acts), l.Stop, nil
 }

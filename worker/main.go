@@ -23,8 +23,8 @@ import (
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/sandbox"
+	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 

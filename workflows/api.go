@@ -188,18 +188,22 @@ type EvalSweepResult struct {
 	Report  store.Ref `json:"report"`
 }
 
-// EvalProgress is what the "progress" query answers.
-type EvalProgress struct {
+// CheckpointEval is an eval sweep at one checkpoint.
+type CheckpointEval struct {
+	Label         string    `json:"label"` // base, sft, step-0002, final
+	WeightVersion string    `json:"weight_version"`
+	Summary       Summary   `json:"summary"`
+	Report        store.Ref `json:"report"`
+}
+
+// Progress is what the "progress" query of a sweep answers (eval sweep, PPO
+// step, synthesis sweep, audit sweep, checkpoint eval): jobs in all, done and
+// running, and how many came out well (resolved, accepted or kept).
+type Progress struct {
 	Total    int `json:"total"`
 	Done     int `json:"done"`
 	Running  int `json:"running"`
 	Resolved int `json:"resolved"`
-}
-
-// ReaperInput is one reaper run for one host.
-type ReaperInput struct {
-	Host   string  `json:"host"`
-	TTLSec float64 `json:"ttl_sec"`
 }
 
 // Query names.

@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"sort"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -22,11 +21,6 @@ type AuditInput struct {
 	Task       task.Ref         `json:"task"`
 	Config     audit.Config     `json:"config"`
 	Similarity audit.Similarity `json:"similarity"`
-}
-
-// AuditWorkflowID names one task's audit within a run.
-func AuditWorkflowID(runID, taskID string) string {
-	return fmt.Sprintf("audit/%s/%s", ids.Clean(runID), taskID)
 }
 
 // AuditWorkflow scores one task on the eight dimensions. Executable checks
@@ -144,8 +138,8 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 		return AuditSweepResult{}, temporal.NewNonRetryableApplicationError("audit: no tasks", errs.BadInput, nil)
 	}
 	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("audit"))
-	prog := EvalProgress{Total: len(in.Tasks)}
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return prog, nil }); err != nil {
+	prog := Progress{Total: len(in.Tasks)}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return prog, nil }); err != nil {
 		return AuditSweepResult{}, err
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -162,7 +156,7 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 		func(i int) workflow.Future {
 			t := in.Tasks[i]
 			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-				WorkflowID: AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name,
+				WorkflowID: ids.AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name,
 			})
 			return workflow.ExecuteChildWorkflow(cctx, AuditWorkflow, AuditInput{RunID: in.RunID, Task: t, Config: in.Config, Similarity: sims[t.ID]})
 		},
@@ -240,15 +234,4 @@ func SummarizeAudit(vs []audit.Verdict) AuditSummary {
 		s.SolutionLength[fmt.Sprintf("%d steps", v.Steps)]++
 	}
 	return s
-}
-
-// sortedKeys is for reports that print maps in a stable order.
-func sortedKeys[M ~map[string]V, V any](m M) []string {
-	keys := make([]string, 0, len(m))
-	//workflowcheck:ignore only collects keys, sorted next
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
@@ -67,7 +68,7 @@ func TestCampaignSurvivesCrashes(t *testing.T) {
 	cfg.Pools.Eval = nil
 	cfg.PPO.Steps = 4
 	cfg.PPO.ContinueAsNewEvery = 2
-	wid := workflows.CampaignWorkflowID(name)
+	wid := ids.CampaignWorkflowID(name)
 	startCampaign(t, c, cfg)
 	opsLog := filepath.Join(home, "gpu", "trainer", "ops.log")
 	status := func() (workflows.CampaignStatus, bool) {

@@ -56,7 +56,7 @@ every = 0
 // startCampaign starts a campaign workflow on the control queue.
 func startCampaign(t *testing.T, c client.Client, cfg campaign.Config) client.WorkflowRun {
 	t.Helper()
-	run, err := c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: workflows.CampaignWorkflowID(cfg.Name), TaskQueue: ids.ControlQueue},
+	run, err := c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: ids.CampaignWorkflowID(cfg.Name), TaskQueue: ids.ControlQueue},
 		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func TestCampaignPauseResumeAndStatus(t *testing.T) {
 	name := fmt.Sprintf("p%d", time.Now().UnixNano()%1e9)
 	cfg := smallCampaign(t, name)
 	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd = false, false, false
-	wid := workflows.CampaignWorkflowID(name)
+	wid := ids.CampaignWorkflowID(name)
 	run := startCampaign(t, r.c, cfg)
 	ctx := context.Background()
 	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdatePause, WaitForStage: client.WorkflowUpdateStageCompleted})
@@ -233,7 +233,7 @@ func TestCampaignCancelLeavesNoSandboxOrPartialCheckpoint(t *testing.T) {
 	name := fmt.Sprintf("x%d", time.Now().UnixNano()%1e9)
 	cfg := smallCampaign(t, name)
 	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd = false, false, false
-	wid := workflows.CampaignWorkflowID(name)
+	wid := ids.CampaignWorkflowID(name)
 	run := startCampaign(t, r.c, cfg)
 	// Cancel while rollouts hold sandboxes.
 	deadline := time.Now().Add(5 * time.Minute)

@@ -3,7 +3,6 @@ package workflows
 import (
 	"fmt"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -37,9 +36,6 @@ type CheckpointEvalResult struct {
 	Report  store.Ref        `json:"report"`
 }
 
-// CheckpointEvalWorkflowID names a sweep over checkpoints.
-func CheckpointEvalWorkflowID(sweepID string) string { return "evalckpt/" + ids.Clean(sweepID) }
-
 // CheckpointEvalWorkflow loads each checkpoint into inference and runs the
 // same eval sweep against it, as a child with a deterministic ID, so a re-run
 // finds finished sweeps. Rollouts sampled by any other weight version (some
@@ -54,8 +50,8 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("checkpoint eval: agent %q: checkpoints are evaluated with the policy agent", in.Eval.Agent.Kind), errs.BadInput, nil)
 	}
 	done := 0
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) {
-		return EvalProgress{Total: len(in.Checkpoints), Done: done, Running: min(1, len(in.Checkpoints)-done)}, nil
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) {
+		return Progress{Total: len(in.Checkpoints), Done: done, Running: min(1, len(in.Checkpoints)-done)}, nil
 	}); err != nil {
 		return out, err
 	}
@@ -68,12 +64,8 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 			return out, err
 		}
 		sweep := in.Eval
-		sweep.SweepID = fmt.Sprintf("%s-%02d-%s", in.SweepID, i+1, ids.Clean(nc.Label))
-		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-			WorkflowID: ids.EvalSweepWorkflowID(sweep.SweepID), TaskQueue: ids.ControlQueue,
-			ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
-			StaticSummary:     fmt.Sprintf("eval at checkpoint %s (%s)", nc.Label, version),
-		})
+		sweep.SweepID = ids.CheckpointSweepID(in.SweepID, i+1, nc.Label)
+		cctx := cancelledChildCtx(ctx, ids.EvalSweepWorkflowID(sweep.SweepID), fmt.Sprintf("eval at checkpoint %s (%s)", nc.Label, version))
 		var res EvalSweepResult
 		if err := workflow.ExecuteChildWorkflow(cctx, EvalSweepWorkflow, sweep).Get(ctx, &res); err != nil {
 			return out, err

@@ -4,31 +4,24 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 )
 
 type evalSweep struct {
 	in       EvalSweepInput
-	progress EvalProgress
+	progress Progress
 	results  []RolloutResult
 }
 
 // EvalSweepWorkflow runs tasks × attempts as child RolloutWorkflows in a
 // sliding window of at most Concurrency at a time, then stores the report.
 func EvalSweepWorkflow(ctx workflow.Context, in EvalSweepInput) (EvalSweepResult, error) {
-	s := &evalSweep{in: in}
-	if err := s.setup(ctx); err != nil {
-		return EvalSweepResult{}, err
-	}
-	return s.run(ctx)
+	return execute(ctx, &evalSweep{in: in})
 }
 
 func (s *evalSweep) setup(ctx workflow.Context) error {
@@ -54,7 +47,7 @@ func (s *evalSweep) setup(ctx workflow.Context) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
 	s.progress.Total = len(s.in.Tasks) * s.in.Attempts
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return s.progress, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return s.progress, nil }); err != nil {
 		return err
 	}
 	return workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(s.in.SweepID), ids.Stage.ValueSet("eval"))
@@ -111,52 +104,6 @@ func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f",
 		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward))
 	return out, err
-}
-
-// storeJSON writes a workflow's artifact (a record or report) to the store.
-func storeJSON(ctx workflow.Context, summary, key string, value any) workflow.Future {
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           ids.ControlQueue,
-		StartToCloseTimeout: time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
-		Summary:             summary,
-	})
-	return workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{Key: key, Value: value})
-}
-
-// startRollout starts a child RolloutWorkflow with its deterministic ID and
-// search attributes; cancelling the parent cancels it (so it cleans up).
-func startRollout(ctx workflow.Context, rin RolloutInput, summary string) workflow.ChildWorkflowFuture {
-	rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID:        ids.RolloutWorkflowID(rid),
-		TaskQueue:         ids.ControlQueue,
-		ParentClosePolicy: enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
-		StaticSummary:     summary,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			ids.CampaignID.ValueSet(rin.CampaignID), ids.Stage.ValueSet(rin.Stage),
-			ids.TaskID.ValueSet(rin.Task.ID), ids.RolloutIDK.ValueSet(rid),
-			ids.Step.ValueSet(int64(rin.Step)), ids.Attempt.ValueSet(int64(rin.Attempt))),
-	})
-	return workflow.ExecuteChildWorkflow(cctx, RolloutWorkflow, rin)
-}
-
-// rolloutOutcome reads a finished child; a rollout that failed as a workflow
-// is still counted, as infra_error or task_invalid.
-func rolloutOutcome(ctx workflow.Context, f workflow.Future, rin RolloutInput) RolloutResult {
-	var r RolloutResult
-	if err := f.Get(ctx, &r); err != nil {
-		rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
-		r = RolloutResult{
-			RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: rin.Task.ID, Name: rin.Task.Name,
-			Category: rin.Task.Category, Difficulty: rin.Task.Difficulty, Attempt: rin.Attempt,
-			Outcome: OutcomeInfraError, Error: oneLine(err),
-		}
-		if k := errorType(err); k == errs.BadInput || k == errs.TaskInvalid {
-			r.Outcome = OutcomeTaskInvalid
-		}
-	}
-	return r
 }
 
 // Summarize aggregates rollouts. Rates and means are over scored rollouts.
@@ -225,20 +172,4 @@ func Summarize(rs []RolloutResult) Summary {
 		}
 	}
 	return s
-}
-
-// ReaperWorkflow removes one host's leftover sandboxes; a Temporal Schedule
-// per sandbox host starts it.
-func ReaperWorkflow(ctx workflow.Context, in ReaperInput) (activities.ReapResult, error) {
-	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:              ids.SandboxHostQueue(in.Host),
-		ScheduleToStartTimeout: time.Minute,
-		StartToCloseTimeout:    5 * time.Minute,
-		HeartbeatTimeout:       time.Minute,
-		RetryPolicy:            &temporal.RetryPolicy{MaximumAttempts: 2},
-		Summary:                "reap " + in.Host,
-	})
-	var res activities.ReapResult
-	err := workflow.ExecuteActivity(ctx, act.Reap, activities.ReapInput{TTLSec: in.TTLSec}).Get(ctx, &res)
-	return res, err
 }

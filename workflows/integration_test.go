@@ -16,11 +16,11 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
+	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -210,7 +210,7 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 			t.Fatal("the sweep never reached the middle")
 		}
 		v, err := r.c.QueryWorkflow(context.Background(), run.GetID(), "", workflows.QueryProgress)
-		var p workflows.EvalProgress
+		var p workflows.Progress
 		if err == nil && v.Get(&p) == nil && p.Done >= 1 && p.Running >= 1 && len(testenv.Containers(t, sandbox.LabelHost, r.host)) > 0 {
 			break
 		}

@@ -19,17 +19,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
-			r.RegisterWorkflow(RolloutWorkflow)
-			r.RegisterWorkflow(EvalSweepWorkflow)
-			r.RegisterWorkflow(ReaperWorkflow)
-			r.RegisterWorkflow(SynthesisWorkflow)
-			r.RegisterWorkflow(SynthSweepWorkflow)
-			r.RegisterWorkflow(AuditWorkflow)
-			r.RegisterWorkflow(AuditSweepWorkflow)
-			r.RegisterWorkflow(CampaignWorkflow)
-			r.RegisterWorkflow(PPOStepWorkflow)
-			r.RegisterWorkflow(CriticWarmupWorkflow)
-			r.RegisterWorkflow(CheckpointEvalWorkflow)
+			Register(r)
 			if err := r.ReplayWorkflowHistoryFromJSONFile(nil, f); err != nil {
 				t.Fatal(err)
 			}

@@ -1,9 +1,7 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -15,9 +13,6 @@ import (
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/text"
 )
-
-// act is only used for method references: the SDK resolves the activity name.
-var act *activities.Activities
 
 // RolloutStatus is what the "status" query answers.
 type RolloutStatus struct {
@@ -37,16 +32,17 @@ type rollout struct {
 	rec    RolloutRecord
 }
 
+// hostNonRetryable are the errors that end a sandbox attempt at once: the
+// sandbox is gone (a fresh one is the retry), the task is broken, or routing
+// is missing (the episode must start over).
+var hostNonRetryable = []string{errs.SandboxGone, errs.TaskInvalid, errs.BadInput, errs.RoutingMissing}
+
 // RolloutWorkflow runs one rollout attempt: a sandbox is acquired and always
 // released; the agent runs one activity per turn on the sandbox's host; the
 // held-out verifier scores it. Infrastructure failures retry with a fresh
 // sandbox; a broken task stops at once; an unsolved task is a normal outcome.
 func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutResult, error) {
-	r := &rollout{in: in}
-	if err := r.setup(ctx); err != nil {
-		return RolloutResult{}, err
-	}
-	return r.run(ctx)
+	return execute(ctx, &rollout{in: in})
 }
 
 func (r *rollout) setup(ctx workflow.Context) error {
@@ -65,10 +61,7 @@ func (r *rollout) setup(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (RolloutStatus, error) { return r.status, nil }); err != nil {
 		return err
 	}
-	return workflow.UpsertTypedSearchAttributes(ctx,
-		ids.CampaignID.ValueSet(r.in.CampaignID), ids.Stage.ValueSet(r.in.Stage),
-		ids.TaskID.ValueSet(r.in.Task.ID), ids.RolloutIDK.ValueSet(r.id),
-		ids.Step.ValueSet(int64(r.in.Step)), ids.Attempt.ValueSet(int64(r.in.Attempt)))
+	return workflow.UpsertTypedSearchAttributes(ctx, rolloutSearchAttributes(r.in, r.id)...)
 }
 
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
@@ -82,24 +75,9 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 		if temporal.IsCanceledError(err) || ctx.Err() != nil {
 			return *res, err
 		}
-		r.rec.Failures = append(r.rec.Failures, fmt.Sprintf("sandbox %d: %s", n, oneLine(err)))
-		res.Error = oneLine(err)
-		kind := errorType(err)
-		workflow.GetLogger(ctx).Warn("sandbox attempt failed", "attempt", n, "type", kind, "error", err)
-		if kind == errs.TaskInvalid || kind == errs.BadInput {
-			res.Outcome = OutcomeTaskInvalid
+		if r.failed(ctx, n, err) {
 			break
 		}
-		if n == r.in.MaxSandboxAttempts {
-			res.Outcome = OutcomeInfraError
-			if kind == errs.RoutingMissing {
-				res.Outcome = OutcomeAborted
-			}
-		}
-		// Reset per-attempt state: a fresh sandbox starts the episode over.
-		r.rec.Turns = r.rec.Turns[:0]
-		r.rec.Episode = nil
-		res.Turns, res.Trajectory, res.PolicyVersions = 0, nil, nil
 	}
 	res.DurationSec = workflow.Now(ctx).Sub(r.start).Seconds()
 	r.status.Phase = "done"
@@ -121,11 +99,60 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	return *res, nil
 }
 
+// failed records sandbox attempt n's error and reports whether the rollout
+// stops here (a broken task) rather than trying a fresh sandbox.
+func (r *rollout) failed(ctx workflow.Context, n int, err error) (stop bool) {
+	res := &r.rec.Result
+	r.rec.Failures = append(r.rec.Failures, fmt.Sprintf("sandbox %d: %s", n, oneLine(err)))
+	res.Error = oneLine(err)
+	kind := errorType(err)
+	workflow.GetLogger(ctx).Warn("sandbox attempt failed", "attempt", n, "type", kind, "error", err)
+	if kind == errs.TaskInvalid || kind == errs.BadInput {
+		res.Outcome = OutcomeTaskInvalid
+		return true
+	}
+	if n == r.in.MaxSandboxAttempts {
+		res.Outcome = OutcomeInfraError
+		if kind == errs.RoutingMissing {
+			res.Outcome = OutcomeAborted
+		}
+	}
+	// Reset per-attempt state: a fresh sandbox starts the episode over.
+	r.rec.Turns = r.rec.Turns[:0]
+	r.rec.Episode = nil
+	res.Turns, res.Trajectory, res.PolicyVersions = 0, nil, nil
+	return false
+}
+
 // attempt runs one sandbox from creation to destruction. A nil error means the
 // rollout has its outcome (scored or verifier_error).
 func (r *rollout) attempt(ctx workflow.Context, n int) error {
-	res := &r.rec.Result
 	r.status = RolloutStatus{Phase: "sandbox", SandboxAttempt: n}
+	cs, err := r.createSandbox(ctx, n)
+	if err != nil {
+		return err
+	}
+	sb := cs.Sandbox
+	r.rec.Containers = append(r.rec.Containers, sb.Name)
+	r.status.Container, r.status.Host = sb.Name, sb.Host
+	// The sandbox is released however this attempt ends, cancellation included.
+	defer r.release(ctx, sb)
+
+	r.status.Phase = "agent"
+	if err := r.agentPhase(ctx, cs); err != nil {
+		return err
+	}
+	if r.in.Agent.ModelDriven() {
+		if err := r.finishEpisode(ctx, sb); err != nil {
+			return err
+		}
+	}
+	// Verification: tests enter only now.
+	r.status.Phase = "verify"
+	return r.verify(ctx, cs)
+}
+
+func (r *rollout) createSandbox(ctx workflow.Context, n int) (activities.CreateSandboxResult, error) {
 	cctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           ids.SandboxQueue,
 		StartToCloseTimeout: time.Hour, // may build the task image
@@ -143,34 +170,35 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 	err := workflow.ExecuteActivity(cctx, act.CreateSandbox, activities.CreateSandboxInput{
 		Task: r.in.Task, RolloutID: r.id, WorkflowID: r.wid, CampaignID: r.in.CampaignID, SandboxAttempt: n,
 	}).Get(ctx, &cs)
-	if err != nil {
-		return err
+	return cs, err
+}
+
+// onHost sends an activity to the worker that owns the sandbox's container,
+// waiting HostWaitSec for a host that went away to come back.
+func (r *rollout) onHost(ctx workflow.Context, sb activities.Sandbox, o workflow.ActivityOptions) workflow.Context {
+	o.TaskQueue = sb.HostQueue
+	o.ScheduleToStartTimeout = time.Duration(r.in.HostWaitSec * float64(time.Second))
+	return workflow.WithActivityOptions(ctx, o)
+}
+
+func (r *rollout) release(ctx workflow.Context, sb activities.Sandbox) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	dctx = r.onHost(dctx, sb, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+		Summary:             "destroy " + sb.Name,
+	})
+	if err := workflow.ExecuteActivity(dctx, act.DestroySandbox, activities.DestroyInput{Sandbox: sb, RolloutID: r.id}).Get(dctx, nil); err != nil {
+		// The reaper removes it once this workflow closes.
+		workflow.GetLogger(ctx).Warn("sandbox not destroyed; the reaper will remove it", "container", sb.Name, "error", err)
+		r.rec.Failures = append(r.rec.Failures, "destroy "+sb.Name+": "+oneLine(err))
 	}
-	sb := cs.Sandbox
-	r.rec.Containers = append(r.rec.Containers, sb.Name)
-	r.status.Container, r.status.Host = sb.Name, sb.Host
-	hostWait := time.Duration(r.in.HostWaitSec * float64(time.Second))
-	nonRetryable := []string{errs.SandboxGone, errs.TaskInvalid, errs.BadInput, errs.RoutingMissing}
+}
 
-	// The sandbox is released however this attempt ends, cancellation included.
-	defer func() {
-		dctx, _ := workflow.NewDisconnectedContext(ctx)
-		dctx = workflow.WithActivityOptions(dctx, workflow.ActivityOptions{
-			TaskQueue:              sb.HostQueue,
-			ScheduleToStartTimeout: hostWait,
-			StartToCloseTimeout:    2 * time.Minute,
-			RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
-			Summary:                "destroy " + sb.Name,
-		})
-		if err := workflow.ExecuteActivity(dctx, act.DestroySandbox, activities.DestroyInput{Sandbox: sb, RolloutID: r.id}).Get(dctx, nil); err != nil {
-			// The reaper removes it once this workflow closes.
-			workflow.GetLogger(ctx).Warn("sandbox not destroyed; the reaper will remove it", "container", sb.Name, "error", err)
-			r.rec.Failures = append(r.rec.Failures, "destroy "+sb.Name+": "+oneLine(err))
-		}
-	}()
-
-	// Agent phase.
-	r.status.Phase = "agent"
+// agentPhase runs turns until the agent ends, the turn cap or the agent's
+// deadline; res.AgentEnd says which.
+func (r *rollout) agentPhase(ctx workflow.Context, cs activities.CreateSandboxResult) error {
+	res := &r.rec.Result
 	agentTimeout := cs.AgentTimeoutSec
 	if r.in.AgentTimeoutSec > 0 {
 		agentTimeout = r.in.AgentTimeoutSec
@@ -181,26 +209,10 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 		remaining := deadline.Sub(workflow.Now(ctx))
 		if remaining <= 0 {
 			res.AgentEnd = AgentEndTimeout
-			break
+			return nil
 		}
 		limit := min(time.Duration(r.in.TurnTimeoutSec*float64(time.Second)), remaining)
-		r.status.Turn = turn
-		summary := fmt.Sprintf("turn %d", turn)
-		if c := r.in.Agent.NextCommand(turn); c != "" {
-			summary += ": " + text.Truncate(c, 120)
-		}
-		tctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue:              sb.HostQueue,
-			ScheduleToStartTimeout: hostWait,
-			StartToCloseTimeout:    limit + time.Minute,
-			HeartbeatTimeout:       10 * time.Second,
-			RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: nonRetryable},
-			Summary:                summary,
-		})
-		var tr activities.TurnResult
-		err := workflow.ExecuteActivity(tctx, act.AgentTurn, activities.TurnInput{
-			Sandbox: sb, Task: r.in.Task, Agent: r.in.Agent, RolloutID: r.id, Turn: turn, TimeoutSec: limit.Seconds(),
-		}).Get(ctx, &tr)
+		tr, err := r.turn(ctx, cs.Sandbox, turn, limit)
 		if err != nil {
 			return err
 		}
@@ -209,54 +221,72 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 			if tr.EndReason == activities.EndContextExhausted {
 				res.AgentEnd = AgentEndContextExhausted // a normal end, still verified
 			}
-			break
+			return nil
 		}
 		r.rec.Turns = append(r.rec.Turns, tr)
 		res.Turns = len(r.rec.Turns)
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("turn %d: `%s` → exit %d in %d ms", turn, text.Truncate(tr.Command, 80), tr.ExitCode, tr.DurationMs))
 		if tr.TimedOut && limit >= remaining {
 			res.AgentEnd = AgentEndTimeout
-			break
+			return nil
 		}
 		if tr.Final {
 			res.AgentEnd = AgentEndCompleted
-			break
+			return nil
 		}
 	}
+	return nil
+}
 
-	if r.in.Agent.ModelDriven() {
-		// The trajectory is assembled where the episode lived; missing routing
-		// surfaces here too and sends the rollout to a fresh sandbox.
-		fctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			TaskQueue:              sb.HostQueue,
-			ScheduleToStartTimeout: hostWait,
-			StartToCloseTimeout:    10 * time.Minute,
-			RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: nonRetryable},
-			Summary:                "trajectory of " + r.in.Task.Name,
-		})
-		var er activities.EpisodeResult
-		if err := workflow.ExecuteActivity(fctx, act.FinishEpisode, activities.FinishEpisodeInput{
-			Sandbox: sb, Task: r.in.Task, RolloutID: r.id, Agent: r.in.Agent,
-		}).Get(ctx, &er); err != nil {
-			return err
-		}
-		r.rec.Episode = &er
-		res.Trajectory, res.PolicyVersions = er.Trajectory, er.PolicyVersions
+func (r *rollout) turn(ctx workflow.Context, sb activities.Sandbox, turn int, limit time.Duration) (activities.TurnResult, error) {
+	r.status.Turn = turn
+	summary := fmt.Sprintf("turn %d", turn)
+	if c := r.in.Agent.NextCommand(turn); c != "" {
+		summary += ": " + text.Truncate(c, 120)
 	}
+	tctx := r.onHost(ctx, sb, workflow.ActivityOptions{
+		StartToCloseTimeout: limit + time.Minute,
+		HeartbeatTimeout:    10 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: hostNonRetryable},
+		Summary:             summary,
+	})
+	var tr activities.TurnResult
+	err := workflow.ExecuteActivity(tctx, act.AgentTurn, activities.TurnInput{
+		Sandbox: sb, Task: r.in.Task, Agent: r.in.Agent, RolloutID: r.id, Turn: turn, TimeoutSec: limit.Seconds(),
+	}).Get(ctx, &tr)
+	return tr, err
+}
 
-	// Verification: tests enter only now.
-	r.status.Phase = "verify"
-	vctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:              sb.HostQueue,
-		ScheduleToStartTimeout: hostWait,
-		StartToCloseTimeout:    time.Duration(cs.VerifierTimeoutSec*float64(time.Second)) + 2*time.Minute,
-		HeartbeatTimeout:       30 * time.Second,
-		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: nonRetryable},
-		Summary:                "verify " + r.in.Task.Name,
+// finishEpisode assembles the trajectory where the episode lived; missing
+// routing surfaces here too and sends the rollout to a fresh sandbox.
+func (r *rollout) finishEpisode(ctx workflow.Context, sb activities.Sandbox) error {
+	fctx := r.onHost(ctx, sb, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: hostNonRetryable},
+		Summary:             "trajectory of " + r.in.Task.Name,
+	})
+	var er activities.EpisodeResult
+	if err := workflow.ExecuteActivity(fctx, act.FinishEpisode, activities.FinishEpisodeInput{
+		Sandbox: sb, Task: r.in.Task, RolloutID: r.id, Agent: r.in.Agent,
+	}).Get(ctx, &er); err != nil {
+		return err
+	}
+	r.rec.Episode = &er
+	r.rec.Result.Trajectory, r.rec.Result.PolicyVersions = er.Trajectory, er.PolicyVersions
+	return nil
+}
+
+func (r *rollout) verify(ctx workflow.Context, cs activities.CreateSandboxResult) error {
+	res := &r.rec.Result
+	vctx := r.onHost(ctx, cs.Sandbox, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Duration(cs.VerifierTimeoutSec*float64(time.Second)) + 2*time.Minute,
+		HeartbeatTimeout:    30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 3, NonRetryableErrorTypes: hostNonRetryable},
+		Summary:             "verify " + r.in.Task.Name,
 	})
 	var vr activities.VerifyResult
-	err = workflow.ExecuteActivity(vctx, act.Verify, activities.VerifyInput{
-		Sandbox: sb, Task: r.in.Task, RolloutID: r.id, TimeoutSec: cs.VerifierTimeoutSec,
+	err := workflow.ExecuteActivity(vctx, act.Verify, activities.VerifyInput{
+		Sandbox: cs.Sandbox, Task: r.in.Task, RolloutID: r.id, TimeoutSec: cs.VerifierTimeoutSec,
 	}).Get(ctx, &vr)
 	if errorType(err) == errs.Verifier {
 		// Retried already: record it, never score it as 0.
@@ -276,28 +306,4 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 		res.Outcome = OutcomeResolved
 	}
 	return nil
-}
-
-// errorType is the application error type behind err, "Timeout" for
-// timeouts (such as a sandbox host that never came back), or "".
-func errorType(err error) string {
-	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) {
-		return ae.Type()
-	}
-	var te *temporal.TimeoutError
-	if errors.As(err, &te) {
-		return "Timeout"
-	}
-	return ""
-}
-
-func oneLine(err error) string {
-	var ae *temporal.ApplicationError
-	msg := err.Error()
-	if errors.As(err, &ae) {
-		msg = ae.Type() + ": " + ae.Message()
-	}
-	msg = strings.ReplaceAll(msg, "\n", " ")
-	return text.Truncate(msg, 400)
 }

@@ -77,8 +77,7 @@ func newEnv(t *testing.T, f *fakeSandbox) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
-	env.RegisterWorkflow(RolloutWorkflow)
-	env.RegisterWorkflow(EvalSweepWorkflow)
+	Register(env)
 	env.OnActivity(act.CreateSandbox, mock.Anything, mock.Anything).Return(f.create).Maybe()
 	env.OnActivity(act.DestroySandbox, mock.Anything, mock.Anything).Return(f.destroy).Maybe()
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK).Maybe()

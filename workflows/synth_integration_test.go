@@ -136,7 +136,7 @@ func TestLLMSynthesizerOutputIsValidatedLikeProcedural(t *testing.T) {
 	seeds := r.load(t, "../examples/seeds/greeting-file")
 	runID := fmt.Sprintf("llm-%d", time.Now().UnixNano())
 	var res workflows.SynthesisResult
-	r.run(t, workflows.SynthesisWorkflow, workflows.SynthesisWorkflowID(runID, seeds[0].ID, 0), workflows.SynthesisInput{
+	r.run(t, workflows.SynthesisWorkflow, ids.SynthesisWorkflowID(runID, seeds[0].ID, 0), workflows.SynthesisInput{
 		RunID: runID, Seed: seeds[0], Rounds: 1, MaxVariations: 2, RNGSeed: 1,
 		Synth: activities.SynthSpec{Kind: "llm", Endpoint: inf.URL(), Model: "reference", Temperature: 1},
 	}, &res, 5*time.Minute)
@@ -168,7 +168,7 @@ func TestWorkerKilledMidSynthesisResumes(t *testing.T) {
 	t.Cleanup(func() { w.Process.Kill(); w.Wait() })
 	seeds := r.load(t, "../examples/seeds/config-dir")
 	runID := fmt.Sprintf("crash-%d", time.Now().UnixNano())
-	wid := workflows.SynthesisWorkflowID(runID, seeds[0].ID, 0)
+	wid := ids.SynthesisWorkflowID(runID, seeds[0].ID, 0)
 	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue},
 		workflows.SynthesisWorkflow, workflows.SynthesisInput{RunID: runID, Seed: seeds[0], Rounds: 3, RNGSeed: 5})
 	if err != nil {

@@ -63,9 +63,11 @@ type SynthesisProgress struct {
 	Rejected  int `json:"rejected"`
 }
 
-// SynthesisWorkflowID names one chain.
-func SynthesisWorkflowID(runID, seedID string, chain int) string {
-	return fmt.Sprintf("synth/%s/%s/%d", ids.Clean(runID), seedID, chain)
+type synthesis struct {
+	in       SynthesisInput
+	res      SynthesisResult
+	prog     SynthesisProgress
+	campaign string // of the candidates' oracle and nop rollouts
 }
 
 // SynthesisWorkflow runs RST rounds on one seed. A round is accepted only if
@@ -73,81 +75,38 @@ func SynthesisWorkflowID(runID, seedID string, chain int) string {
 // untouched environment fails its verifier; a rejected round retries with a
 // new variation up to MaxVariations, then the seed stops growing.
 func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult, error) {
-	if in.Rounds <= 0 || in.Seed.ID == "" {
-		return SynthesisResult{}, temporal.NewNonRetryableApplicationError("synthesis: rounds must be > 0 and seed set", errs.BadInput, nil)
+	return execute(ctx, &synthesis{in: in})
+}
+
+func (s *synthesis) setup(ctx workflow.Context) error {
+	if s.in.Rounds <= 0 || s.in.Seed.ID == "" {
+		return temporal.NewNonRetryableApplicationError("synthesis: rounds must be > 0 and seed set", errs.BadInput, nil)
 	}
-	if in.MaxVariations <= 0 {
-		in.MaxVariations = 3
+	if s.in.MaxVariations <= 0 {
+		s.in.MaxVariations = 3
 	}
-	if err := in.Synth.Validate(); err != nil {
-		return SynthesisResult{}, temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
+	if err := s.in.Synth.Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
-	res := SynthesisResult{Seed: in.Seed, Chain: in.Chain, Accepted: []RoundRecord{}, Rejected: []Rejection{}}
-	var prog SynthesisProgress
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (SynthesisProgress, error) { return prog, nil }); err != nil {
-		return res, err
+	s.res = SynthesisResult{Seed: s.in.Seed, Chain: s.in.Chain, Accepted: []RoundRecord{}, Rejected: []Rejection{}}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (SynthesisProgress, error) { return s.prog, nil }); err != nil {
+		return err
 	}
-	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("synth"), ids.TaskID.ValueSet(in.Seed.ID))
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue:           ids.ControlQueue,
-		StartToCloseTimeout: 10 * time.Minute,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
-			NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
-	})
-	campaign := fmt.Sprintf("%s-%s-c%d", ids.Clean(in.RunID), in.Seed.ID[:8], in.Chain)
+	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(s.in.RunID), ids.Stage.ValueSet("synth"), ids.TaskID.ValueSet(s.in.Seed.ID))
+	s.campaign = ids.SynthesisCampaignID(s.in.RunID, s.in.Seed.ID, s.in.Chain)
+	return nil
+}
+
+func (s *synthesis) run(ctx workflow.Context) (SynthesisResult, error) {
+	in, res := s.in, &s.res
 	cur := in.Seed
 	var lineage []string
 	for round := 1; round <= in.Rounds; round++ {
 		var accepted *RoundRecord
 		for v := 0; v < in.MaxVariations && accepted == nil; v++ {
-			prog.Round, prog.Variation = round, v
-			workflow.SetCurrentDetails(ctx, fmt.Sprintf("round %d/%d, variation %d; %d accepted", round, in.Rounds, v+1, len(res.Accepted)))
-			reject := func(class, reason string) {
-				res.Rejected = append(res.Rejected, Rejection{Round: round, Variation: v, Class: class, Reason: reason})
-				prog.Rejected++
-			}
-			var cand activities.SynthesizeResult
-			sctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{
-				TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
-				RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
-					NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
-				Summary: fmt.Sprintf("synthesize round %d variation %d", round, v+1),
-			})
-			err := workflow.ExecuteActivity(sctx, act.Synthesize, activities.SynthesizeInput{
-				Seed: in.Seed, Parent: cur, Chain: in.Chain, Round: round, Variation: v, RNGSeed: in.RNGSeed, Steps: lineage, Synth: in.Synth,
-			}).Get(ctx, &cand)
-			if err != nil {
-				if ctx.Err() != nil {
-					return res, err
-				}
-				class := "infra"
-				if k := errorType(err); k == errs.SynthesisRejected || k == errs.TaskInvalid {
-					class = "invalid_output"
-				}
-				reject(class, oneLine(err))
-				continue
-			}
-			// The reference must pass in a fresh sandbox, and the untouched
-			// environment must fail: both run as ordinary rollouts.
-			oracle := startRollout(ctx, RolloutInput{CampaignID: campaign, Stage: "synth-oracle", Step: round, Task: cand.Task, Attempt: 1,
-				Agent: activities.AgentSpec{Kind: activities.AgentOracle}, TurnCap: 1}, fmt.Sprintf("oracle on %s", cand.Task.Name))
-			nop := startRollout(ctx, RolloutInput{CampaignID: campaign, Stage: "synth-nop", Step: round, Task: cand.Task, Attempt: 1,
-				Agent: activities.AgentSpec{Kind: activities.AgentNop}, TurnCap: 1}, fmt.Sprintf("nop on %s", cand.Task.Name))
-			o := rolloutOutcome(ctx, oracle, RolloutInput{CampaignID: campaign, Stage: "synth-oracle", Step: round, Task: cand.Task, Attempt: 1})
-			n := rolloutOutcome(ctx, nop, RolloutInput{CampaignID: campaign, Stage: "synth-nop", Step: round, Task: cand.Task, Attempt: 1})
-			if ctx.Err() != nil {
-				return res, ctx.Err()
-			}
-			switch {
-			case !o.Scored || !n.Scored:
-				reject("infra", fmt.Sprintf("sandbox runs not scored: oracle %s, nop %s (%s%s)", o.Outcome, n.Outcome, o.Error, n.Error))
-			case !o.Resolved:
-				reject("oracle_failed", fmt.Sprintf("the reference solution fails in a fresh sandbox: %d/%d assertions", o.Passed, o.Total))
-			case n.Resolved:
-				reject("nop_passed", fmt.Sprintf("the untouched environment passes the verifier: %d/%d", n.Passed, n.Total))
-			default:
-				accepted = &RoundRecord{Round: round, Variation: v, Task: cand.Task, Parent: cur.ID, Steps: cand.Steps, Categories: cand.Categories,
-					Oracle: fmt.Sprintf("%d/%d", o.Passed, o.Total), Nop: fmt.Sprintf("%d/%d", n.Passed, n.Total)}
+			var err error
+			if accepted, err = s.variation(ctx, round, v, cur, lineage); err != nil {
+				return *res, err
 			}
 		}
 		if accepted == nil {
@@ -156,12 +115,71 @@ func SynthesisWorkflow(ctx workflow.Context, in SynthesisInput) (SynthesisResult
 			break
 		}
 		res.Accepted = append(res.Accepted, *accepted)
-		prog.Accepted++
+		s.prog.Accepted++
 		lineage = append(lineage, accepted.Steps...)
 		cur = accepted.Task
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%d rounds accepted, %d variations rejected. %s", len(res.Accepted), len(res.Rejected), res.Stopped))
-	return res, nil
+	return *res, nil
+}
+
+// variation synthesizes one candidate from cur and tests it. A rejected
+// candidate is recorded and comes back nil; an error means the workflow was
+// cancelled.
+func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, lineage []string) (*RoundRecord, error) {
+	in := s.in
+	s.prog.Round, s.prog.Variation = round, v
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("round %d/%d, variation %d; %d accepted", round, in.Rounds, v+1, len(s.res.Accepted)))
+	reject := func(class, reason string) (*RoundRecord, error) {
+		s.res.Rejected = append(s.res.Rejected, Rejection{Round: round, Variation: v, Class: class, Reason: reason})
+		s.prog.Rejected++
+		return nil, nil
+	}
+	var cand activities.SynthesizeResult
+	sctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
+			NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
+		Summary: fmt.Sprintf("synthesize round %d variation %d", round, v+1),
+	})
+	err := workflow.ExecuteActivity(sctx, act.Synthesize, activities.SynthesizeInput{
+		Seed: in.Seed, Parent: cur, Chain: in.Chain, Round: round, Variation: v, RNGSeed: in.RNGSeed, Steps: lineage, Synth: in.Synth,
+	}).Get(ctx, &cand)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		class := "infra"
+		if k := errorType(err); k == errs.SynthesisRejected || k == errs.TaskInvalid {
+			class = "invalid_output"
+		}
+		return reject(class, oneLine(err))
+	}
+	// The reference must pass in a fresh sandbox, and the untouched
+	// environment must fail: both run as ordinary rollouts.
+	probe := func(stage string) RolloutInput {
+		return RolloutInput{CampaignID: s.campaign, Stage: stage, Step: round, Task: cand.Task, Attempt: 1}
+	}
+	oin, nin := probe("synth-oracle"), probe("synth-nop")
+	oin.Agent, nin.Agent = activities.AgentSpec{Kind: activities.AgentOracle}, activities.AgentSpec{Kind: activities.AgentNop}
+	oin.TurnCap, nin.TurnCap = 1, 1
+	oracle := startRollout(ctx, oin, fmt.Sprintf("oracle on %s", cand.Task.Name))
+	nop := startRollout(ctx, nin, fmt.Sprintf("nop on %s", cand.Task.Name))
+	o := rolloutOutcome(ctx, oracle, probe("synth-oracle"))
+	n := rolloutOutcome(ctx, nop, probe("synth-nop"))
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	switch {
+	case !o.Scored || !n.Scored:
+		return reject("infra", fmt.Sprintf("sandbox runs not scored: oracle %s, nop %s (%s%s)", o.Outcome, n.Outcome, o.Error, n.Error))
+	case !o.Resolved:
+		return reject("oracle_failed", fmt.Sprintf("the reference solution fails in a fresh sandbox: %d/%d assertions", o.Passed, o.Total))
+	case n.Resolved:
+		return reject("nop_passed", fmt.Sprintf("the untouched environment passes the verifier: %d/%d", n.Passed, n.Total))
+	}
+	return &RoundRecord{Round: round, Variation: v, Task: cand.Task, Parent: cur.ID, Steps: cand.Steps, Categories: cand.Categories,
+		Oracle: fmt.Sprintf("%d/%d", o.Passed, o.Total), Nop: fmt.Sprintf("%d/%d", n.Passed, n.Total)}, nil
 }
 
 // SynthSweepInput is seeds × chains, then the accepted tasks into a pool.
@@ -225,8 +243,8 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 			jobs = append(jobs, job{s, c})
 		}
 	}
-	prog := EvalProgress{Total: len(jobs)}
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (EvalProgress, error) { return prog, nil }); err != nil {
+	prog := Progress{Total: len(jobs)}
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return prog, nil }); err != nil {
 		return SynthSweepResult{}, err
 	}
 	chains := make([]SynthesisResult, len(jobs))
@@ -235,7 +253,7 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 			j := jobs[i]
 			seed := in.Seeds[j.seed]
 			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-				WorkflowID: SynthesisWorkflowID(in.RunID, seed.ID, j.chain), TaskQueue: ids.ControlQueue,
+				WorkflowID: ids.SynthesisWorkflowID(in.RunID, seed.ID, j.chain), TaskQueue: ids.ControlQueue,
 				StaticSummary: fmt.Sprintf("RST on %s, chain %d", seed.Name, j.chain),
 			})
 			return workflow.ExecuteChildWorkflow(cctx, SynthesisWorkflow, SynthesisInput{

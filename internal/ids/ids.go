@@ -37,6 +37,47 @@ func RolloutWorkflowID(rolloutID string) string { return "rollout/" + rolloutID 
 // EvalSweepWorkflowID is the workflow ID of an eval sweep.
 func EvalSweepWorkflowID(sweepID string) string { return "eval/" + Clean(sweepID) }
 
+// CheckpointEvalWorkflowID is the workflow ID of a sweep over checkpoints.
+func CheckpointEvalWorkflowID(sweepID string) string { return "evalckpt/" + Clean(sweepID) }
+
+// CheckpointSweepID is the eval sweep at the n-th (from 1) checkpoint of a
+// sweep over checkpoints.
+func CheckpointSweepID(sweepID string, n int, label string) string {
+	return fmt.Sprintf("%s-%02d-%s", sweepID, n, Clean(label))
+}
+
+// CampaignWorkflowID is the workflow ID of a campaign.
+func CampaignWorkflowID(name string) string { return "campaign/" + Clean(name) }
+
+// CampaignEvalSweepID is a campaign's eval sweep at a checkpoint label (base, sft, step-0002, final).
+func CampaignEvalSweepID(campaign, label string) string {
+	return fmt.Sprintf("%s-eval-%s", Clean(campaign), label)
+}
+
+// PPOStepWorkflowID is the workflow ID of one PPO step of a campaign.
+func PPOStepWorkflowID(campaign string, step int) string {
+	return fmt.Sprintf("ppo/%s/%04d", Clean(campaign), step)
+}
+
+// WarmupWorkflowID is the workflow ID of a campaign's critic warm-up.
+func WarmupWorkflowID(campaign string) string { return "warmup/" + Clean(campaign) }
+
+// SynthesisWorkflowID is the workflow ID of one synthesis chain on a seed.
+func SynthesisWorkflowID(runID, seedID string, chain int) string {
+	return fmt.Sprintf("synth/%s/%s/%d", Clean(runID), seedID, chain)
+}
+
+// SynthesisCampaignID groups the oracle and nop rollouts of one synthesis
+// chain (the campaign part of their rollout IDs).
+func SynthesisCampaignID(runID, seedID string, chain int) string {
+	return fmt.Sprintf("%s-%s-c%d", Clean(runID), seedID[:8], chain)
+}
+
+// AuditWorkflowID is the workflow ID of one task's audit within a run.
+func AuditWorkflowID(runID, taskID string) string {
+	return fmt.Sprintf("audit/%s/%s", Clean(runID), taskID)
+}
+
 // ReaperScheduleID is the per-host reaper schedule.
 func ReaperScheduleID(host string) string { return "t1flow-reaper-" + Clean(host) }
 

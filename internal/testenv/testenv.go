@@ -19,14 +19,12 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
-	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/sandbox"
+	"github.com/t1flow/t1flow/worker/roles"
 )
 
 // Required reports whether integration tests must run.
@@ -208,8 +206,7 @@ func GPUWorker(tb testing.TB, c client.Client, st store.Store, home string) *gpu
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := worker.New(c, ids.GPUQueue, worker.Options{})
-	w.RegisterActivity(l.Acts)
+	w := roles.NewGPU(c, l.Acts)
 	if err := w.Start(); err != nil {
 		l.Stop()
 		tb.Fatal(err)

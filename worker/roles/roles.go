@@ -1,5 +1,6 @@
 // Package roles registers t1flow's workflows and activities on Temporal
-// workers for one role; the worker command and the integration tests share it.
+// workers for one role; the worker command, the test environment and the
+// benchmarks share it, so every worker serves the same names.
 package roles
 
 import (
@@ -10,6 +11,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/workflows"
 )
@@ -42,7 +44,7 @@ func Parse(v string) (Set, error) {
 }
 
 // New builds (without starting) the control and sandbox workers of a role
-// (the GPU role is set up by the worker command). A sandbox role needs
+// (the GPU role's worker comes from NewGPU once its processes run). A sandbox role needs
 // acts.Docker and acts.Host set.
 func New(c client.Client, role string, acts *activities.Activities) []worker.Worker {
 	set, err := Parse(role)
@@ -52,17 +54,7 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 	var ws []worker.Worker
 	if set[Control] {
 		w := worker.New(c, ids.ControlQueue, worker.Options{})
-		w.RegisterWorkflow(workflows.RolloutWorkflow)
-		w.RegisterWorkflow(workflows.EvalSweepWorkflow)
-		w.RegisterWorkflow(workflows.ReaperWorkflow)
-		w.RegisterWorkflow(workflows.SynthesisWorkflow)
-		w.RegisterWorkflow(workflows.SynthSweepWorkflow)
-		w.RegisterWorkflow(workflows.AuditWorkflow)
-		w.RegisterWorkflow(workflows.AuditSweepWorkflow)
-		w.RegisterWorkflow(workflows.CampaignWorkflow)
-		w.RegisterWorkflow(workflows.PPOStepWorkflow)
-		w.RegisterWorkflow(workflows.CriticWarmupWorkflow)
-		w.RegisterWorkflow(workflows.CheckpointEvalWorkflow)
+		workflows.Register(w)
 		w.RegisterActivity(acts)
 		ws = append(ws, w)
 	}
@@ -76,6 +68,15 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 		ws = append(ws, shared, host)
 	}
 	return ws
+}
+
+// NewGPU builds (without starting) the worker of the GPU queue for the
+// activities of running trainer and inference processes.
+func NewGPU(c client.Client, acts *gpu.Activities) worker.Worker {
+	// A few at a time: each call holds a trainer or inference process.
+	w := worker.New(c, ids.GPUQueue, worker.Options{MaxConcurrentActivityExecutionSize: 4})
+	w.RegisterActivity(acts)
+	return w
 }
 
 // Start starts every worker, stopping those already started if one fails.

@@ -1,0 +1,187 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// The campaign's stages: checkpoints loaded into inference, SFT, and the eval
+// sweeps, critic warm-up and PPO steps it runs as child workflows.
+
+func (c *campaignRun) controlCtx(ctx workflow.Context, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10,
+			NonRetryableErrorTypes: []string{errs.BadInput, errs.TaskInvalid}},
+		Summary: summary,
+	})
+}
+
+func (c *campaignRun) agent() activities.AgentSpec {
+	p := c.cfg.Policy
+	return activities.AgentSpec{Kind: activities.AgentPolicy, Inference: c.st.URLs, MaxNewTokens: p.MaxNewTokens, Temperature: p.Temperature, MaxContext: p.MaxContext}
+}
+
+// batch is the tasks rolled out by the current policy for training.
+func (c *campaignRun) batch(tasks []task.Ref) RolloutBatch {
+	return RolloutBatch{Campaign: c.cfg.Name, KeyPrefix: c.key(""), Tasks: tasks, Agent: c.agent(), Version: c.st.WeightVersion,
+		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency}
+}
+
+func (c *campaignRun) poolTasks(ctx workflow.Context, pool string, n int, seed int) ([]task.Ref, error) {
+	var refs []task.Ref
+	err := workflow.ExecuteActivity(c.controlCtx(ctx, "tasks of "+pool), act.SampleTasks,
+		activities.SampleInput{Pool: pool, N: n, Seed: fmt.Sprintf("%s/%d", c.cfg.Name, seed), Cycle: seed > 0}).Get(ctx, &refs)
+	return refs, err
+}
+
+// key is a trainer idempotency key (and checkpoint name) of this campaign epoch.
+func (c *campaignRun) key(what string) string { return c.cfg.Name + "/" + c.st.Epoch + "/" + what }
+
+// checkpoint saves the trainer's weights and loads them into inference.
+func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
+	var ck gpu.Checkpoint
+	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "save checkpoint "+label), gact.TrainerSave, gpu.SaveInput{Name: c.key(label)}).Get(ctx, &ck); err != nil {
+		return err
+	}
+	var version string
+	lctx := gpuActivityCtx(ctx, "load "+label+" into inference")
+	var load workflow.Future
+	if workflow.GetVersion(ctx, "load-every-replica", workflow.DefaultVersion, 1) == 1 {
+		// Every replica the rollouts sample from gets the weights, not only
+		// the GPU worker's local server.
+		load = workflow.ExecuteActivity(lctx, gact.InferenceLoadAll, gpu.LoadInput{Checkpoint: ck, URLs: c.cfg.Policy.Inference})
+	} else {
+		load = workflow.ExecuteActivity(lctx, gact.InferenceLoad, ck)
+	}
+	if err := load.Get(ctx, &version); err != nil {
+		return err
+	}
+	if version != ck.WeightVersion {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("inference serves %s after loading checkpoint %s (%s)", version, label, ck.WeightVersion), errs.Infra, nil)
+	}
+	c.st.Checkpoint, c.st.WeightVersion = &ck, version
+	return nil
+}
+
+func (c *campaignRun) eval(ctx workflow.Context, label string) error {
+	for _, e := range c.st.Evals {
+		if e.Label == label {
+			return nil
+		}
+	}
+	var tasks []task.Ref
+	for _, p := range c.cfg.Pools.Eval {
+		ts, err := c.poolTasks(ctx, p, 0, 0)
+		if err != nil {
+			return err
+		}
+		tasks = append(tasks, ts...)
+	}
+	if len(tasks) == 0 {
+		return nil
+	}
+	c.inFlight = "eval " + label
+	c.details(ctx)
+	sweep := ids.CampaignEvalSweepID(c.cfg.Name, label)
+	cctx := cancelledChildCtx(ctx, ids.EvalSweepWorkflowID(sweep), fmt.Sprintf("eval %s at %s (%s)", c.cfg.Name, label, c.st.WeightVersion))
+	var res EvalSweepResult
+	err := workflow.ExecuteChildWorkflow(cctx, EvalSweepWorkflow, EvalSweepInput{
+		SweepID: sweep, Tasks: tasks, Agent: c.agent(), Attempts: c.cfg.Eval.Attempts, Concurrency: c.cfg.Eval.Concurrency,
+		TurnCap: c.cfg.Eval.TurnCap, S: c.cfg.S,
+	}).Get(ctx, &res)
+	if err != nil {
+		return err
+	}
+	c.st.Evals = append(c.st.Evals, CheckpointEval{Label: label, WeightVersion: c.st.WeightVersion, Summary: res.Summary, Report: res.Report})
+	c.inFlight = ""
+	return nil
+}
+
+func (c *campaignRun) sft(ctx workflow.Context) error {
+	c.inFlight = "sft"
+	c.details(ctx)
+	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, 64, -1)
+	if err != nil {
+		return err
+	}
+	futs := make([]workflow.Future, len(tasks))
+	for i, t := range tasks {
+		futs[i] = workflow.ExecuteActivity(c.controlCtx(ctx, "render SFT sample of "+t.Name), act.RenderSFT,
+			activities.RenderSFTInput{Task: t, Inference: c.st.URLs, Campaign: c.cfg.Name})
+	}
+	var batch []gpu.TrajectoryRef
+	for i, f := range futs {
+		var r activities.RenderSFTResult
+		if err := f.Get(ctx, &r); err != nil {
+			workflow.GetLogger(ctx).Warn("no SFT sample", "task", tasks[i].Name, "error", err)
+			continue
+		}
+		batch = append(batch, gpu.TrajectoryRef{Trajectory: r.Trajectory, TaskID: tasks[i].ID})
+	}
+	if len(batch) == 0 {
+		return temporal.NewNonRetryableApplicationError("sft: no task of the training pool rendered a sample", errs.BadInput, nil)
+	}
+	var m gpu.Metrics
+	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
+		Key: c.key("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
+	}).Get(ctx, &m); err != nil {
+		return err
+	}
+	return c.checkpoint(ctx, "sft")
+}
+
+func (c *campaignRun) warmup(ctx workflow.Context) error {
+	c.inFlight = "critic warm-up"
+	c.details(ctx)
+	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Warmup, 0, 0)
+	if err != nil {
+		return err
+	}
+	cctx := cancelledChildCtx(ctx, ids.WarmupWorkflowID(c.cfg.Name), "critic warm-up of "+c.cfg.Name)
+	var res WarmupResult
+	w := c.cfg.CriticWarmup
+	err = workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
+		RolloutBatch: c.batch(tasks), Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds,
+	}).Get(ctx, &res)
+	if err != nil {
+		return err
+	}
+	c.st.ColdEV, c.st.WarmEV = res.ColdEV, res.WarmEV
+	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
+	// critic_fit moved the trainer's version; inference must serve the same weights.
+	return c.checkpoint(ctx, "warmup")
+}
+
+func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
+	c.inFlight = fmt.Sprintf("ppo step %d", step)
+	c.details(ctx)
+	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, c.cfg.PPO.TasksPerStep, step)
+	if err != nil {
+		return err
+	}
+	cctx := cancelledChildCtx(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), fmt.Sprintf("%s PPO step %d", c.cfg.Name, step))
+	var res StepRecord
+	err = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
+		RolloutBatch: c.batch(tasks), Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare,
+	}).Get(ctx, &res)
+	if err != nil {
+		return err
+	}
+	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
+	if err := c.checkpoint(ctx, fmt.Sprintf("step-%04d", step)); err != nil {
+		return err
+	}
+	res.Checkpoint = c.st.Checkpoint.Name
+	c.st.Steps = append(c.st.Steps, res)
+	return nil
+}

@@ -1,0 +1,142 @@
+package workflows
+
+import (
+	"fmt"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// StepRecord is one PPO step's outcome.
+type StepRecord struct {
+	Step          int         `json:"step"`
+	PolicyVersion string      `json:"policy_version"` // the version that sampled the step's rollouts
+	Metrics       gpu.Metrics `json:"metrics"`
+	Rollouts      int         `json:"rollouts"`
+	Trained       int         `json:"trained"`
+	Aborted       int         `json:"aborted"`
+	Failed        int         `json:"failed"`
+	Stale         int         `json:"stale"`
+	RewardMean    float64     `json:"reward_mean"`
+	MeanTurns     float64     `json:"mean_turns"`
+	Checkpoint    string      `json:"checkpoint,omitempty"`
+}
+
+// RolloutBatch is what a PPO step and a critic warm-up roll out and train on:
+// the tasks, the sampling policy, and the version a trajectory must have been
+// sampled with to be trained on.
+type RolloutBatch struct {
+	Campaign string `json:"campaign"`
+	// KeyPrefix starts the trainer's idempotency keys: <prefix>ppo/<step>, <prefix>critic/<round>.
+	KeyPrefix string               `json:"key_prefix"`
+	Tasks     []task.Ref           `json:"tasks"`
+	Agent     activities.AgentSpec `json:"agent"`
+	Version   string               `json:"version"` // the policy version rollouts must be sampled with
+	Preset    string               `json:"preset"`
+	// Per rollout and across the batch.
+	TurnCap     int `json:"turn_cap"`
+	S           int `json:"s"`
+	Concurrency int `json:"concurrency"`
+}
+
+// PPOStepInput is one PPO step: the batch and the step's training settings.
+type PPOStepInput struct {
+	RolloutBatch
+	Step           int            `json:"step"`
+	MaxFailedShare float64        `json:"max_failed_share"`
+	Hyper          map[string]any `json:"hyper,omitempty"`
+}
+
+// collected is a batch of trajectories and the rollouts left out of it.
+type collected struct {
+	batch                  []gpu.TrajectoryRef
+	rollouts               int
+	aborted, failed, stale int
+	reward, turns          float64
+}
+
+// collect runs one rollout per task and keeps the trajectories sampled by the
+// expected policy version; aborted, failed and stale rollouts are counted.
+func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int) (collected, error) {
+	var out collected
+	// A task drawn twice in one step is two rollouts: attempts 1 and 2.
+	attempt := make([]int, len(b.Tasks))
+	seen := map[string]int{}
+	for i, t := range b.Tasks {
+		seen[t.ID]++
+		attempt[i] = seen[t.ID]
+	}
+	err := slidingWindow(ctx, len(b.Tasks), func() int { return b.Concurrency }, running,
+		func(i int) workflow.Future {
+			return startRollout(ctx, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i],
+				Agent: b.Agent, TurnCap: b.TurnCap, S: b.S}, fmt.Sprintf("%s %s %d: %s", b.Campaign, stage, step, b.Tasks[i].Name))
+		},
+		func(i int, f workflow.Future) {
+			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b.Version)
+		})
+	return out, err
+}
+
+func (c *collected) add(r RolloutResult, version string) {
+	c.rollouts++
+	switch {
+	case r.Outcome == OutcomeAborted:
+		c.aborted++
+	case !r.Scored || r.Trajectory == nil:
+		c.failed++
+	case len(r.PolicyVersions) != 1 || r.PolicyVersions[0] != version:
+		// Sampled by another policy version: never trained on.
+		c.stale++
+	default:
+		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID})
+		c.reward += r.Reward
+		c.turns += float64(r.Turns)
+	}
+}
+
+type ppoStep struct {
+	in   PPOStepInput
+	prog Progress
+}
+
+// PPOStepWorkflow rolls out the step's tasks with bounded concurrency, leaves
+// out aborted, failed and stale rollouts (failing loudly when they exceed the
+// allowed share), and runs the trainer's ppo_step under the step's
+// idempotency key.
+func PPOStepWorkflow(ctx workflow.Context, in PPOStepInput) (StepRecord, error) {
+	return execute(ctx, &ppoStep{in: in, prog: Progress{Total: len(in.Tasks)}})
+}
+
+func (p *ppoStep) setup(ctx workflow.Context) error {
+	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(p.in.Campaign), ids.Stage.ValueSet("ppo"), ids.Step.ValueSet(int64(p.in.Step)))
+	return workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return p.prog, nil })
+}
+
+func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
+	in := p.in
+	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running)
+	if err != nil {
+		return StepRecord{}, err
+	}
+	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale}
+	excluded := col.aborted + col.failed + col.stale
+	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
+		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"PPO step %d: %d of %d rollouts left out (aborted %d, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
+			in.Step, excluded, col.rollouts, col.aborted, col.failed, col.stale, in.MaxFailedShare), errs.PartialBatch, nil)
+	}
+	rec.RewardMean = col.reward / float64(len(col.batch))
+	rec.MeanTurns = col.turns / float64(len(col.batch))
+	gctx := gpuActivityCtx(ctx, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)))
+	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
+		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Preset: in.Preset, Hyper: in.Hyper,
+	}).Get(ctx, &rec.Metrics)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("trained on %d of %d rollouts, reward %.3f", rec.Trained, rec.Rollouts, rec.RewardMean))
+	return rec, err
+}
