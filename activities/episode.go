@@ -14,8 +14,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/httpjson"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/text"
 	"github.com/t1flow/t1flow/internal/trajectory"
@@ -34,22 +35,22 @@ const (
 // segment is what one turn added to the episode, persisted on the sandbox
 // host so a restarted worker continues the same episode.
 type segment struct {
-	Turn        int               `json:"turn"`
-	Result      TurnResult        `json:"result"`
-	PromptLen   int               `json:"prompt_len"`  // input_ids sent to the sampler this turn
-	PromptHash  string            `json:"prompt_hash"` // sha256 of those input_ids
-	Tokens      []int32           `json:"tokens"`      // appended this turn: [generated..., glue...]
-	LossMask    []uint8           `json:"loss_mask"`
-	Logprobs    []float32         `json:"logprobs"`
-	Routing     []int32           `json:"routing"` // for positions [CoveredFrom, CoveredTo)
-	CoveredFrom int               `json:"covered_from"`
-	CoveredTo   int               `json:"covered_to"`
-	Sampled     []int32           `json:"sampled"` // the sampler's output_ids, verbatim
-	Version     string            `json:"version,omitempty"`
-	PaneOffset  int64             `json:"pane_offset"`
-	Pending     bool              `json:"pending_complete"`
-	Messages    []gpu.ChatMessage `json:"messages,omitempty"` // chat agents: appended this turn
-	Done        bool              `json:"done"`
+	Turn        int                     `json:"turn"`
+	Result      TurnResult              `json:"result"`
+	PromptLen   int                     `json:"prompt_len"`  // input_ids sent to the sampler this turn
+	PromptHash  string                  `json:"prompt_hash"` // sha256 of those input_ids
+	Tokens      []int32                 `json:"tokens"`      // appended this turn: [generated..., glue...]
+	LossMask    []uint8                 `json:"loss_mask"`
+	Logprobs    []float32               `json:"logprobs"`
+	Routing     []int32                 `json:"routing"` // for positions [CoveredFrom, CoveredTo)
+	CoveredFrom int                     `json:"covered_from"`
+	CoveredTo   int                     `json:"covered_to"`
+	Sampled     []int32                 `json:"sampled"` // the sampler's output_ids, verbatim
+	Version     string                  `json:"version,omitempty"`
+	PaneOffset  int64                   `json:"pane_offset"`
+	Pending     bool                    `json:"pending_complete"`
+	Messages    []inference.ChatMessage `json:"messages,omitempty"` // chat agents: appended this turn
+	Done        bool                    `json:"done"`
 }
 
 // episode is the assembled state of one sandbox's episode.
@@ -61,10 +62,10 @@ type episode struct {
 	logprobs []float32
 	routing  []int32
 	covered  int
-	messages []gpu.ChatMessage
+	messages []inference.ChatMessage
 	offset   int64
 	pending  bool
-	info     *gpu.ModelInfo
+	info     *inference.ModelInfo
 }
 
 func (e *episode) apply(s segment) {
@@ -161,17 +162,17 @@ func hashTokens(ts []int32) string {
 	return hex.EncodeToString(h.Sum(nil))[:16]
 }
 
-func (a *Activities) pool(urls []string) (*gpu.Pool, error) {
+func (a *Activities) pool(urls []string) (*inference.Pool, error) {
 	key := strings.Join(urls, ",")
 	a.poolsMu.Lock()
 	defer a.poolsMu.Unlock()
 	if a.pools == nil {
-		a.pools = map[string]*gpu.Pool{}
+		a.pools = map[string]*inference.Pool{}
 	}
 	if p, ok := a.pools[key]; ok {
 		return p, nil
 	}
-	p, err := gpu.NewPool(urls, nil)
+	p, err := inference.NewPool(urls, nil)
 	if err != nil {
 		return nil, errs.BadInputf("%v", err)
 	}
@@ -181,7 +182,7 @@ func (a *Activities) pool(urls []string) (*gpu.Pool, error) {
 
 // inferenceErr maps an inference failure onto the error table.
 func inferenceErr(err error) error {
-	if gpu.Retryable(err) {
+	if inference.Retryable(err) {
 		return errs.Infraf("inference: %v", err)
 	}
 	return errs.BadInputf("inference rejected the request: %v", err)
@@ -260,9 +261,9 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	}
 	im := info.SpecialTokens["<|im_end|>"]
 	tInf := time.Now()
-	resp, err := pool.Generate(ctx, session, gpu.GenerateRequest{
+	resp, err := pool.Generate(ctx, session, inference.GenerateRequest{
 		InputIDs:       toInts(promptTokens),
-		SamplingParams: gpu.SamplingParams{Temperature: in.Agent.Temperature, MaxNewTokens: maxNew, StopTokenIDs: []int{im}},
+		SamplingParams: inference.SamplingParams{Temperature: in.Agent.Temperature, MaxNewTokens: maxNew, StopTokenIDs: []int{im}},
 		ReturnLogprob:  true, ReturnRoutedExperts: true, RoutedExpertsStartLen: ep.covered,
 	})
 	if err != nil {
@@ -360,7 +361,7 @@ func parseTurn(text string) (Action, []Keys, []string, error) {
 }
 
 // stitchCase names how generation stopped.
-func stitchCase(resp *gpu.GenerateResponse, im int) string {
+func stitchCase(resp *inference.GenerateResponse, im int) string {
 	fr := resp.MetaInfo.FinishReason
 	switch fr["type"] {
 	case "length":
@@ -382,7 +383,7 @@ func stitchCase(resp *gpu.GenerateResponse, im int) string {
 // captureRouting validates one turn's routed experts: every position the
 // sampler processed since `from`, with the model's layers and top-k, expert
 // IDs in range, and no all-zero MoE layer. Anything else is RoutingMissing.
-func captureRouting(resp *gpu.GenerateResponse, info gpu.ModelInfo, from, to int) ([]int32, error) {
+func captureRouting(resp *inference.GenerateResponse, info inference.ModelInfo, from, to int) ([]int32, error) {
 	r, err := resp.RoutedExperts()
 	if err != nil {
 		return nil, errs.RoutingMissingf("%v", err)
@@ -445,16 +446,16 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 	if in.Agent.APIKeyEnv != "" {
 		key = os.Getenv(in.Agent.APIKeyEnv)
 	}
-	cc := &gpu.ChatClient{BaseURL: strings.TrimSuffix(in.Agent.Endpoint, "/"), Model: in.Agent.Model, APIKey: key}
+	cc := &inference.ChatClient{BaseURL: strings.TrimSuffix(in.Agent.Endpoint, "/"), Model: in.Agent.Model, APIKey: key}
 	seg := segment{Turn: in.Turn, PaneOffset: ep.offset}
-	msgs := append([]gpu.ChatMessage{}, ep.messages...)
+	msgs := append([]inference.ChatMessage{}, ep.messages...)
 	if in.Turn == 0 {
 		obs, off, err := a.openEpisode(ctx, in)
 		if err != nil {
 			return TurnResult{}, err
 		}
 		seg.PaneOffset = off
-		seg.Messages = []gpu.ChatMessage{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: obs}}
+		seg.Messages = []inference.ChatMessage{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: obs}}
 		msgs = append(msgs, seg.Messages...)
 	}
 	maxNew := in.Agent.MaxNewTokens
@@ -463,7 +464,7 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 	}
 	reply, _, err := cc.Complete(ctx, msgs, maxNew, in.Agent.Temperature)
 	if err != nil {
-		var se *gpu.StatusError
+		var se *httpjson.StatusError
 		if errors.As(err, &se) && se.Status == 400 && strings.Contains(strings.ToLower(se.Msg), "context") {
 			seg.Result = TurnResult{Turn: in.Turn, Done: true, EndReason: EndContextExhausted}
 			seg.Done = true
@@ -471,7 +472,7 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		}
 		return TurnResult{}, inferenceErr(err)
 	}
-	seg.Messages = append(seg.Messages, gpu.ChatMessage{Role: "assistant", Content: reply})
+	seg.Messages = append(seg.Messages, inference.ChatMessage{Role: "assistant", Content: reply})
 	action, cmds, summary, perr := parseTurn(reply)
 	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, seg.PaneOffset, time.Duration(in.TimeoutSec*float64(time.Second)))
 	if err != nil {
@@ -481,16 +482,16 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 	terminal := cleanTerminal(raw, 2048, 2048)
 	switch {
 	case perr != nil:
-		seg.Messages = append(seg.Messages, gpu.ChatMessage{Role: "user", Content: correctiveObservation(perr, terminal)})
+		seg.Messages = append(seg.Messages, inference.ChatMessage{Role: "user", Content: correctiveObservation(perr, terminal)})
 		seg.Result.ParseError = perr.Error()
 	case action.TaskComplete && ep.pending:
 		seg.Done = true
 		seg.Result.Final, seg.Result.EndReason = true, EndTaskComplete
 	case action.TaskComplete:
 		seg.Pending = true
-		seg.Messages = append(seg.Messages, gpu.ChatMessage{Role: "user", Content: confirmObservation(terminal)})
+		seg.Messages = append(seg.Messages, inference.ChatMessage{Role: "user", Content: confirmObservation(terminal)})
 	default:
-		seg.Messages = append(seg.Messages, gpu.ChatMessage{Role: "user", Content: outputObservation(terminal)})
+		seg.Messages = append(seg.Messages, inference.ChatMessage{Role: "user", Content: outputObservation(terminal)})
 	}
 	seg.Result.Turn = in.Turn
 	seg.Result.Command = strings.Join(summary, " ; ")

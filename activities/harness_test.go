@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
 )
 
@@ -61,9 +61,9 @@ func routed(v []int32) string {
 }
 
 func TestCaptureRoutingValidates(t *testing.T) {
-	info := gpu.ModelInfo{NumLayers: 2, TopK: 2, NumExperts: 4}
-	resp := func(v []int32) *gpu.GenerateResponse {
-		r := &gpu.GenerateResponse{}
+	info := inference.ModelInfo{NumLayers: 2, TopK: 2, NumExperts: 4}
+	resp := func(v []int32) *inference.GenerateResponse {
+		r := &inference.GenerateResponse{}
 		if v != nil {
 			r.MetaInfo.RoutedExperts = routed(v)
 		}
@@ -88,8 +88,8 @@ func TestCaptureRoutingValidates(t *testing.T) {
 }
 
 func TestStitchCases(t *testing.T) {
-	mk := func(fr map[string]any) *gpu.GenerateResponse {
-		r := &gpu.GenerateResponse{}
+	mk := func(fr map[string]any) *inference.GenerateResponse {
+		r := &inference.GenerateResponse{}
 		r.MetaInfo.FinishReason = fr
 		return r
 	}
