@@ -28,7 +28,7 @@ func needTorch(t *testing.T) {
 	t.Helper()
 	if err := exec.Command(Python(), "-c", "import torch").Run(); err != nil {
 		msg := fmt.Sprintf("%s cannot import torch (apt-get install python3-torch libopenblas0-pthread)", Python())
-		// testenv would import activities, which imports this package.
+		// testenv imports this package, so the test cannot use it.
 		if os.Getenv("T1FLOW_INTEGRATION") == "1" {
 			t.Fatal(msg)
 		}
