@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
-	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
@@ -35,7 +35,7 @@ type Activities struct {
 
 	eps     episodes
 	poolsMu sync.Mutex
-	pools   map[string]*gpu.Pool
+	pools   map[string]*inference.Pool
 }
 
 func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, error) {

@@ -9,6 +9,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
@@ -203,18 +204,8 @@ type FinishEpisodeInput struct {
 	Agent     AgentSpec `json:"agent"`
 }
 
-// DriftReport is the TITO audit of one trajectory.
-type DriftReport struct {
-	// PromptMismatches counts turns whose prompt did not extend the previous
-	// prompt plus its sampled tokens exactly.
-	PromptMismatches int `json:"prompt_mismatches"`
-	// LossMismatches counts loss-region tokens that differ from the sampled IDs.
-	LossMismatches int `json:"loss_mismatches"`
-	// ReencodedContextShare is the share of context tokens that came from
-	// re-encoding model text (0 unless context was compacted).
-	ReencodedContextShare float64 `json:"reencoded_context_share"`
-	Drift                 float64 `json:"drift"` // loss mismatches / loss tokens
-}
+// DriftReport is the TITO audit of one trajectory (harness.AuditDrift).
+type DriftReport = harness.DriftReport
 
 // RoutingReport is the R3 capture check of one trajectory.
 type RoutingReport struct {

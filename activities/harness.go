@@ -2,92 +2,27 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/t1flow/t1flow/harness"
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
+	"github.com/t1flow/t1flow/internal/httpjson"
 	"github.com/t1flow/t1flow/internal/text"
 	"github.com/t1flow/t1flow/sandbox"
 )
 
-// The Terminus-style harness: the model answers each turn with one JSON
-// object, keystrokes go to a tmux session in the sandbox, and the new
-// terminal output comes back as the next observation.
-
-// SystemPrompt frames every episode. Versioned with the code.
-const SystemPrompt = `You are an AI assistant solving a task in a Linux terminal. Each turn, reply with one JSON object and nothing else:
-{"analysis": "what you see", "plan": "what you will do", "commands": [{"keystrokes": "ls -la\n", "duration": 0.5}], "task_complete": false}
-keystrokes are typed into the terminal exactly (end a command with \n); duration is how many seconds to wait for its output (at most 60).
-Set "task_complete": true when the task is done; you will be asked to confirm.`
-
-// Action is one parsed model response.
-type Action struct {
-	Analysis     string `json:"analysis"`
-	Plan         string `json:"plan"`
-	Commands     []Keys `json:"commands"`
-	TaskComplete bool   `json:"task_complete"`
-}
-
-// Keys is one batch of keystrokes and how long to wait after them.
-type Keys struct {
-	Keystrokes string  `json:"keystrokes"`
-	Duration   float64 `json:"duration"`
-}
-
-// MaxKeysDuration caps one command's wait.
-const MaxKeysDuration = 60.0
-
-// ParseAction reads the model's JSON, tolerating text around the object.
-// Errors say what was wrong, for the corrective observation.
-func ParseAction(text string) (Action, error) {
-	var a Action
-	i, j := strings.Index(text, "{"), strings.LastIndex(text, "}")
-	if i < 0 || j <= i {
-		return a, fmt.Errorf("no JSON object found")
-	}
-	dec := json.NewDecoder(strings.NewReader(text[i : j+1]))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&a); err != nil {
-		return Action{}, fmt.Errorf("invalid JSON: %v", err)
-	}
-	for k, c := range a.Commands {
-		if c.Duration < 0 {
-			return Action{}, fmt.Errorf("commands[%d].duration %v must be >= 0", k, c.Duration)
-		}
-		if c.Duration > MaxKeysDuration {
-			a.Commands[k].Duration = MaxKeysDuration
-		}
-	}
-	if len(a.Commands) == 0 && !a.TaskComplete {
-		return Action{}, fmt.Errorf("no commands and task_complete is false")
-	}
-	return a, nil
-}
-
-// Observations the harness writes back to the model.
-func correctiveObservation(err error, terminal string) string {
-	return fmt.Sprintf("Your previous response was not a valid action (%v). Reply with exactly one JSON object with the fields analysis, plan, commands (a list of {\"keystrokes\", \"duration\"}) and task_complete.\n\nCurrent terminal output:\n%s", err, terminal)
-}
-
-func confirmObservation(terminal string) string {
-	return "Are you sure you want to mark the task as complete? Your solution will be graded and you cannot make further changes. If so, reply again with \"task_complete\": true.\n\nCurrent terminal output:\n" + terminal
-}
-
-func outputObservation(terminal string) string {
-	if strings.TrimSpace(terminal) == "" {
-		return "New terminal output: (none)"
-	}
-	return "New terminal output:\n" + terminal
-}
-
-func firstObservation(instruction, terminal string) string {
-	return "Task:\n" + strings.TrimSpace(instruction) + "\n\nCurrent terminal state:\n" + terminal
-}
+// The harness's activity side: a model-driven turn asks the model (a policy
+// token in, token out, or a chat model), types its answer into a tmux session
+// in the sandbox, and reads the new terminal output back. What the model is
+// told and how its answers are read is pure, in harness/.
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[()][A-Za-z0-9]|\x1b[=>]|\r`)
 
@@ -113,7 +48,7 @@ sleep 0.3`, tmuxSession, paneLog)
 }
 
 // tmuxKeys types each command's keystrokes (newlines as Enter) and waits.
-func tmuxKeys(cmds []Keys, budget time.Duration) string {
+func tmuxKeys(cmds []harness.Keys, budget time.Duration) string {
 	var b strings.Builder
 	left := budget.Seconds()
 	for _, c := range cmds {
@@ -152,7 +87,7 @@ func splitPane(out string) (int64, string, error) {
 }
 
 // terminalStep runs keystrokes (if any) and returns the pane output since offset.
-func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cmds []Keys, offset int64, budget time.Duration) (string, int64, error) {
+func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cmds []harness.Keys, offset int64, budget time.Duration) (string, int64, error) {
 	var script strings.Builder
 	if setup {
 		script.WriteString(tmuxSetup() + "\n")
@@ -178,4 +113,238 @@ func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cm
 		return "", offset, errs.Infraf("%v (exit %d)", err, res.ExitCode)
 	}
 	return body, size, nil
+}
+
+const defaultMaxNewTokens = 512
+
+// modelTurn runs one turn of a model-driven agent.
+func (a *Activities) modelTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	ep, err := a.episode(in.RolloutID, in.Sandbox.Name)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	if in.Turn < len(ep.segs) {
+		// The turn finished before a crash hid its result: report it, do not redo it.
+		return ep.segs[in.Turn].Result, nil
+	}
+	if in.Turn != len(ep.segs) {
+		return TurnResult{}, errs.Infraf("episode %s has %d turns, asked for turn %d", ep.dir, len(ep.segs), in.Turn)
+	}
+	if n := len(ep.segs); n > 0 && ep.segs[n-1].Done {
+		return TurnResult{Turn: in.Turn, Done: true, EndReason: ep.segs[n-1].Result.EndReason}, nil
+	}
+	if in.Agent.Kind == AgentChat {
+		return a.chatTurn(ctx, in, ep)
+	}
+	return a.policyTurn(ctx, in, ep)
+}
+
+// policyTurn drives the policy token in, token out: the context is the
+// episode's tokens plus glue tokenized from text, never re-encoded output.
+func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) (TurnResult, error) {
+	start := time.Now()
+	pool, err := a.pool(in.Agent.Inference)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	session := in.RolloutID + "/" + in.Sandbox.Name
+	if ep.info == nil {
+		info, err := pool.ModelInfo(ctx, session)
+		if err != nil {
+			return TurnResult{}, inferenceErr(err)
+		}
+		ep.info = &info
+	}
+	seg := segment{Turn: in.Turn}
+	var glue []int32
+	if in.Turn == 0 {
+		obs, off, err := a.openEpisode(ctx, in)
+		if err != nil {
+			return TurnResult{}, err
+		}
+		seg.PaneOffset = off
+		if glue, err = tokenize(ctx, pool, session, harness.FirstPrompt(obs)); err != nil {
+			return TurnResult{}, err
+		}
+	}
+	prompt := append(append([]int32{}, ep.tokens...), glue...)
+	limit := ep.info.BlockSize
+	if in.Agent.MaxContext > 0 && in.Agent.MaxContext < limit {
+		limit = in.Agent.MaxContext
+	}
+	if len(prompt)+maxNewTokens(in.Agent) > limit {
+		// A normal end, not a failure: the next turn would not fit.
+		seg.Result = TurnResult{Turn: in.Turn, Done: true, EndReason: EndContextExhausted}
+		seg.Done = true
+		seg.PaneOffset = max(seg.PaneOffset, ep.offset)
+		return seg.Result, ep.commit(seg)
+	}
+	reply, err := ep.sample(ctx, pool, session, in.Agent, &seg, prompt, glue)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	obs, terminalMs, err := a.act(ctx, in, &seg, reply, ep.offset, ep.pending)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	seg.Result.TerminalMs = terminalMs
+	if !seg.Done {
+		// Observation glue for the next turn, tokenized once and masked.
+		ids, err := tokenize(ctx, pool, session, harness.ObservationGlue(obs, seg.Result.Stitch))
+		if err != nil {
+			return TurnResult{}, err
+		}
+		seg.Tokens = append(seg.Tokens, ids...)
+		seg.LossMask = append(seg.LossMask, make([]uint8, len(ids))...)
+		seg.Logprobs = append(seg.Logprobs, make([]float32, len(ids))...)
+	}
+	seg.Result.DurationMs = time.Since(start).Milliseconds()
+	if err := ep.commit(seg); err != nil {
+		return TurnResult{}, err
+	}
+	return seg.Result, nil
+}
+
+// sample runs one generation over prompt (the episode's tokens, then this
+// turn's glue) and records in seg what the trajectory needs: the sampled IDs
+// verbatim, their log-probs, the routed experts of every position since the
+// last capture, and the stitch case. It returns the reply's text.
+func (e *episode) sample(ctx context.Context, pool *inference.Pool, session string, agent AgentSpec, seg *segment, prompt, glue []int32) (string, error) {
+	im := e.info.SpecialTokens[harness.ImEnd]
+	tInf := time.Now()
+	resp, err := pool.Generate(ctx, session, inference.GenerateRequest{
+		InputIDs:       toInts(prompt),
+		SamplingParams: inference.SamplingParams{Temperature: agent.Temperature, MaxNewTokens: maxNewTokens(agent), StopTokenIDs: []int{im}},
+		ReturnLogprob:  true, ReturnRoutedExperts: true, RoutedExpertsStartLen: e.covered,
+	})
+	if err != nil {
+		return "", inferenceErr(err)
+	}
+	seg.Result.InferenceMs = time.Since(tInf).Milliseconds()
+	out := toInt32(resp.OutputIDs)
+	lps, err := resp.Logprobs()
+	if err != nil || len(lps) != len(out) {
+		return "", errs.Infraf("inference: %d log-probs for %d tokens (%v)", len(lps), len(out), err)
+	}
+	routing, err := harness.CaptureRouting(resp, *e.info, e.covered, len(prompt)+len(out))
+	if err != nil {
+		return "", err
+	}
+	seg.PromptLen, seg.PromptHash = len(prompt), harness.HashTokens(prompt)
+	seg.Sampled = out
+	seg.Version = resp.MetaInfo.WeightVersion
+	seg.CoveredFrom, seg.CoveredTo = e.covered, len(prompt)+len(out)
+	seg.Routing = routing
+	// Context glue of this turn (the first prompt), then the sampled tokens.
+	seg.Tokens = append(glue, out...)
+	seg.LossMask = append(make([]uint8, len(glue)), ones(len(out))...)
+	seg.Logprobs = append(make([]float32, len(glue)), lps...)
+	seg.Result.Stitch = harness.StitchCase(resp, im)
+	seg.Result.Tokens = len(out)
+	return resp.Text, nil
+}
+
+// chatTurn drives a hosted model over chat completions: text in and out,
+// eval only, so there are no token IDs to keep.
+func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (TurnResult, error) {
+	start := time.Now()
+	key := ""
+	if in.Agent.APIKeyEnv != "" {
+		key = os.Getenv(in.Agent.APIKeyEnv)
+	}
+	cc := &inference.ChatClient{BaseURL: strings.TrimSuffix(in.Agent.Endpoint, "/"), Model: in.Agent.Model, APIKey: key}
+	seg := segment{Turn: in.Turn, PaneOffset: ep.offset}
+	msgs := append([]inference.ChatMessage{}, ep.messages...)
+	if in.Turn == 0 {
+		obs, off, err := a.openEpisode(ctx, in)
+		if err != nil {
+			return TurnResult{}, err
+		}
+		seg.PaneOffset = off
+		seg.Messages = harness.FirstMessages(obs)
+		msgs = append(msgs, seg.Messages...)
+	}
+	reply, _, err := cc.Complete(ctx, msgs, maxNewTokens(in.Agent), in.Agent.Temperature)
+	if err != nil {
+		var se *httpjson.StatusError
+		if errors.As(err, &se) && se.Status == 400 && strings.Contains(strings.ToLower(se.Msg), "context") {
+			seg.Result = TurnResult{Turn: in.Turn, Done: true, EndReason: EndContextExhausted}
+			seg.Done = true
+			return seg.Result, ep.commit(seg)
+		}
+		return TurnResult{}, inferenceErr(err)
+	}
+	seg.Messages = append(seg.Messages, inference.ChatMessage{Role: "assistant", Content: reply})
+	obs, _, err := a.act(ctx, in, &seg, reply, seg.PaneOffset, ep.pending)
+	if err != nil {
+		return TurnResult{}, err
+	}
+	if !seg.Done {
+		seg.Messages = append(seg.Messages, inference.ChatMessage{Role: "user", Content: obs})
+	}
+	seg.Result.DurationMs = time.Since(start).Milliseconds()
+	if err := ep.commit(seg); err != nil {
+		return TurnResult{}, err
+	}
+	return seg.Result, nil
+}
+
+// act types a model's answer into the sandbox's terminal (pane read from
+// offset from) and records the turn's outcome in seg. It returns the next
+// observation ("" once the task is confirmed complete) and the time spent in
+// the terminal.
+func (a *Activities) act(ctx context.Context, in TurnInput, seg *segment, reply string, from int64, pending bool) (string, int64, error) {
+	action, cmds, summary, perr := harness.ParseTurn(reply)
+	tTerm := time.Now()
+	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, from, time.Duration(in.TimeoutSec*float64(time.Second)))
+	if err != nil {
+		return "", 0, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
+	}
+	terminalMs := time.Since(tTerm).Milliseconds()
+	seg.PaneOffset = off
+	terminal := cleanTerminal(raw, 2048, 2048)
+	if perr != nil {
+		seg.Result.ParseError = perr.Error()
+	}
+	obs, confirm, done := harness.NextObservation(action, perr, pending, terminal)
+	seg.Pending, seg.Done = confirm, done
+	if done {
+		seg.Result.Final, seg.Result.EndReason = true, EndTaskComplete
+	}
+	seg.Result.Turn = in.Turn
+	seg.Result.Command = strings.Join(summary, " ; ")
+	seg.Result.Preview = text.Truncate(terminal, PreviewBytes)
+	seg.Result.OutputBytes = int64(len(raw))
+	return obs, terminalMs, nil
+}
+
+func maxNewTokens(agent AgentSpec) int {
+	if agent.MaxNewTokens <= 0 {
+		return defaultMaxNewTokens
+	}
+	return agent.MaxNewTokens
+}
+
+func toInt32(v []int) []int32 {
+	out := make([]int32, len(v))
+	for i, x := range v {
+		out[i] = int32(x)
+	}
+	return out
+}
+
+func toInts(v []int32) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x)
+	}
+	return out
+}
+
+func ones(n int) []uint8 {
+	out := make([]uint8, n)
+	for i := range out {
+		out[i] = 1
+	}
+	return out
 }

@@ -2,13 +2,12 @@ package activities
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
-	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
@@ -43,36 +42,24 @@ func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSF
 	if err != nil {
 		return RenderSFTResult{}, errs.TaskInvalidf("%s: %v", task.SolutionFile, err)
 	}
-	var keys []Keys
-	for _, s := range audit.SplitSteps(string(sol)) {
-		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
+	parts, err := harness.SolutionTurns(t.Instruction, string(sol))
+	if err != nil {
+		return RenderSFTResult{}, errs.TaskInvalidf("%s: %v", task.SolutionFile, err)
 	}
-	if len(keys) == 0 {
-		return RenderSFTResult{}, errs.TaskInvalidf("%s: no steps to imitate", task.SolutionFile)
-	}
-	act := func(plan string, cmds []Keys, done bool) string {
-		b, _ := json.Marshal(Action{Analysis: "The terminal is ready.", Plan: plan, Commands: cmds, TaskComplete: done})
-		return string(b)
-	}
-	prompt := "<|im_start|><|system|>" + SystemPrompt + "<|im_end|><|im_start|><|user|>" +
-		firstObservation(t.Instruction, "root@sandbox:/app# ") + "<|im_end|><|im_start|><|assistant|>"
-	turn1 := act("Run the steps that solve the task.", keys, true) + "<|im_end|>"
-	glue := "<|im_start|><|user|>" + confirmObservation("") + "<|im_end|><|im_start|><|assistant|>"
-	turn2 := act("Confirm completion.", []Keys{}, true) + "<|im_end|>"
 	pool, err := a.pool(in.Inference)
 	if err != nil {
 		return RenderSFTResult{}, err
 	}
 	session := "sft/" + in.Task.ID
 	var rec trajectory.Record
-	for i, part := range []string{prompt, turn1, glue, turn2} {
-		toks, err := pool.Tokenize(ctx, session, part)
+	for i, part := range parts {
+		toks, err := tokenize(ctx, pool, session, part)
 		if err != nil {
-			return RenderSFTResult{}, inferenceErr(err)
+			return RenderSFTResult{}, err
 		}
 		m := uint8(i % 2) // prompt and glue are context; the assistant turns are learned
 		for _, x := range toks {
-			rec.Tokens = append(rec.Tokens, int32(x))
+			rec.Tokens = append(rec.Tokens, x)
 			rec.LossMask = append(rec.LossMask, m)
 			rec.Logprobs = append(rec.Logprobs, 0)
 		}

@@ -11,7 +11,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/audit"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
@@ -70,7 +70,7 @@ func (a *Activities) synthesizer(s SynthSpec) synth.Synthesizer {
 		if s.APIKeyEnv != "" {
 			key = os.Getenv(s.APIKeyEnv)
 		}
-		return synth.LLM{Chat: &gpu.ChatClient{BaseURL: strings.TrimSuffix(s.Endpoint, "/"), Model: s.Model, APIKey: key}, Temperature: s.Temperature}
+		return synth.LLM{Chat: &inference.ChatClient{BaseURL: strings.TrimSuffix(s.Endpoint, "/"), Model: s.Model, APIKey: key}, Model: s.Model, Temperature: s.Temperature}
 	}
 	return synth.Procedural{StepsPerRound: s.StepsPerRound}
 }
@@ -93,7 +93,7 @@ func (a *Activities) Synthesize(ctx context.Context, in SynthesizeInput) (Synthe
 		return SynthesizeResult{}, errs.SynthesisRejectedf("%v", err)
 	}
 	if err != nil {
-		if gpu.Retryable(err) {
+		if inference.Retryable(err) {
 			return SynthesizeResult{}, errs.Infraf("synthesizer: %v", err)
 		}
 		return SynthesizeResult{}, errs.SynthesisRejectedf("%v", err)

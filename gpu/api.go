@@ -1,7 +1,8 @@
-// Package gpu is the boundary between t1flow's activities and the GPU
-// processes: a Supervisor that runs the trainer and inference servers, typed
-// clients for their HTTP+JSON protocols (docs/trainer-protocol.md), GPU slot
-// allocation, and the trainer activities.
+// Package gpu is the trainer boundary: a Supervisor that runs the trainer
+// (and, as the local default, the reference inference server), the trainer's
+// HTTP+JSON client (docs/trainer-protocol.md), GPU slot allocation,
+// checkpoints, and the trainer activities, including the ones that load a
+// checkpoint into inference servers. The model clients live in inference/.
 package gpu
 
 import "github.com/t1flow/t1flow/internal/store"

@@ -1,24 +1,14 @@
 package gpu
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
+
+	"github.com/t1flow/t1flow/internal/httpjson"
 )
-
-// StatusError is a non-2xx answer, with the server's message.
-type StatusError struct {
-	Op     string
-	Status int
-	Msg    string
-}
-
-func (e *StatusError) Error() string { return fmt.Sprintf("%s: HTTP %d: %s", e.Op, e.Status, e.Msg) }
 
 // Client speaks the trainer protocol.
 type Client struct {
@@ -31,60 +21,8 @@ func NewClient(baseURL string) *Client {
 	return &Client{BaseURL: baseURL, HTTP: &http.Client{}}
 }
 
-func call(ctx context.Context, hc *http.Client, method, url, op string, in, out any) error {
-	return callWith(ctx, hc, method, url, op, "", in, out)
-}
-
-func callAuth(ctx context.Context, hc *http.Client, url, key string, in, out any) error {
-	return callWith(ctx, hc, http.MethodPost, url, "/v1/chat/completions", key, in, out)
-}
-
-func callWith(ctx context.Context, hc *http.Client, method, url, op, key string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, url, body)
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	if key != "" {
-		req.Header.Set("Authorization", "Bearer "+key)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return fmt.Errorf("%s: reading the answer: %w", op, err)
-	}
-	if resp.StatusCode/100 != 2 {
-		var e struct {
-			Error string `json:"error"`
-		}
-		json.Unmarshal(b, &e)
-		if e.Error == "" {
-			e.Error = string(b)
-		}
-		return &StatusError{Op: op, Status: resp.StatusCode, Msg: e.Error}
-	}
-	if out != nil {
-		if err := json.Unmarshal(b, out); err != nil {
-			return fmt.Errorf("%s: bad answer: %w", op, err)
-		}
-	}
-	return nil
-}
-
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
-	return call(ctx, c.HTTP, method, c.BaseURL+path, path, in, out)
+	return httpjson.Call(ctx, c.HTTP, method, c.BaseURL+path, path, "", in, out)
 }
 
 // Health asks whether the trainer is up.

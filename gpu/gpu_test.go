@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/trajectory"
@@ -27,7 +28,7 @@ func needTorch(t *testing.T) {
 	t.Helper()
 	if err := exec.Command(Python(), "-c", "import torch").Run(); err != nil {
 		msg := fmt.Sprintf("%s cannot import torch (apt-get install python3-torch libopenblas0-pthread)", Python())
-		// testenv would import activities, which imports this package.
+		// testenv imports this package, so the test cannot use it.
 		if os.Getenv("T1FLOW_INTEGRATION") == "1" {
 			t.Fatal(msg)
 		}
@@ -47,7 +48,7 @@ func supervise(t *testing.T, name string, cmd []string) *Supervisor {
 }
 
 // sample generates n trajectories from the inference server and stores them.
-func sample(t *testing.T, inf *InferenceClient, st store.Store, n int, prefix string) []TrajectoryRef {
+func sample(t *testing.T, inf *inference.Client, st store.Store, n int, prefix string) []TrajectoryRef {
 	t.Helper()
 	ctx := context.Background()
 	info, err := inf.ModelInfo(ctx)
@@ -61,7 +62,7 @@ func sample(t *testing.T, inf *InferenceClient, st store.Store, n int, prefix st
 			prompt = append(prompt, int(c))
 		}
 		seed := int64(i)
-		resp, err := inf.Generate(ctx, GenerateRequest{InputIDs: prompt, SamplingParams: SamplingParams{Temperature: 1, MaxNewTokens: 16, Seed: &seed},
+		resp, err := inf.Generate(ctx, inference.GenerateRequest{InputIDs: prompt, SamplingParams: inference.SamplingParams{Temperature: 1, MaxNewTokens: 16, Seed: &seed},
 			ReturnLogprob: true, ReturnRoutedExperts: true})
 		if err != nil {
 			t.Fatal(err)
@@ -112,7 +113,7 @@ func newRig(t *testing.T, trainerArgs ...string) *rig {
 	inf := supervise(t, "inference", InferenceCommand("", Slot{}, "--seed", "0", "--threads", "1"))
 	tr := supervise(t, "trainer", TrainerCommand(filepath.Join(work, "trainer"), Slot{}, append([]string{"--seed", "0", "--threads", "1"}, trainerArgs...)...))
 	return &rig{trainer: tr, inf: inf, work: work, acts: &Activities{
-		Trainer: NewClient(tr.URL()), Inference: &InferenceClient{BaseURL: inf.URL()}, Store: st, WorkDir: filepath.Join(work, "scratch"),
+		Trainer: NewClient(tr.URL()), Inference: &inference.Client{BaseURL: inf.URL()}, Store: st, WorkDir: filepath.Join(work, "scratch"),
 	}}
 }
 
@@ -244,7 +245,7 @@ func TestMissingRoutingIsNeverTrainedOn(t *testing.T) {
 	inf := supervise(t, "inference", InferenceCommand("", Slot{}, "--seed", "0", "--drop-routing-frac", "1"))
 	tr := supervise(t, "trainer", TrainerCommand(filepath.Join(work, "trainer"), Slot{}, "--seed", "0"))
 	acts := &Activities{Trainer: NewClient(tr.URL()), Store: st, WorkDir: work}
-	refs := sample(t, &InferenceClient{BaseURL: inf.URL()}, st, 2, "b")
+	refs := sample(t, &inference.Client{BaseURL: inf.URL()}, st, 2, "b")
 	_, err := acts.TrainerPPOStep(context.Background(), TrainInput{Key: "k", Trajectories: refs})
 	var ae *temporal.ApplicationError
 	if !errors.As(err, &ae) || ae.NonRetryable() == false || !strings.Contains(ae.Error(), "RoutingMissing") {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/store"
 )
 
@@ -64,7 +65,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		url = l.Inference.URL()
 	}
 	os.WriteFile(filepath.Join(o.Home, "inference.url"), []byte(url+"\n"), 0o644)
-	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &InferenceClient{BaseURL: url}, Store: o.Store, WorkDir: work}
+	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Store: o.Store, WorkDir: work}
 	return l, nil
 }
 

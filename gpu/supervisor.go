@@ -14,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/t1flow/t1flow/internal/httpjson"
 )
 
 // Python is the interpreter for the reference processes: $T1FLOW_PYTHON, else
@@ -208,7 +210,7 @@ func (s *Supervisor) probe(ctx context.Context) error {
 	if s.Health != nil {
 		return s.Health(ctx, s.URL())
 	}
-	return call(ctx, http.DefaultClient, "GET", s.URL()+"/health", s.Name+" /health", nil, nil)
+	return httpjson.Call(ctx, http.DefaultClient, "GET", s.URL()+"/health", s.Name+" /health", "", nil, nil)
 }
 
 func (s *Supervisor) waitHealthy(ctx context.Context) error {

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -25,12 +24,19 @@ var extendPrompt string
 // the shape, and the round is accepted only if the reference solution passes
 // in a fresh sandbox and the untouched environment fails.
 type LLM struct {
-	Chat        *gpu.ChatClient
+	Chat        Chat
+	Model       string // names the synthesizer in lineage
 	MaxTokens   int
 	Temperature float64
 }
 
-func (l LLM) Name() string { return "llm:" + l.Chat.Model + ":" + PromptVersion }
+// Chat is a hosted chat model answering one prompt. Activities hand in
+// inference.ChatClient; synthesis stays a leaf that does no HTTP itself.
+type Chat interface {
+	Ask(ctx context.Context, prompt string, maxTokens int, temperature float64) (string, error)
+}
+
+func (l LLM) Name() string { return "llm:" + l.Model + ":" + PromptVersion }
 
 // Propose asks the model for one step.
 func (l LLM) Propose(ctx context.Context, t *task.Task, round int, rng *rand.Rand) (Proposal, error) {
@@ -45,7 +51,7 @@ func (l LLM) Propose(ctx context.Context, t *task.Task, round int, rng *rand.Ran
 	if maxTok == 0 {
 		maxTok = 2048
 	}
-	text, _, err := l.Chat.Complete(ctx, []gpu.ChatMessage{{Role: "user", Content: prompt}}, maxTok, l.Temperature)
+	text, err := l.Chat.Ask(ctx, prompt, maxTok, l.Temperature)
 	if err != nil {
 		return Proposal{}, err
 	}

@@ -1,4 +1,8 @@
-package gpu
+// Package inference is the model client side of rollouts: a client for
+// SGLang's native API (token IDs in and out, log-probs, routed experts), a
+// pool that spreads rollouts over replicas, and an OpenAI-compatible chat
+// client for hosted models.
+package inference
 
 import (
 	"context"
@@ -6,10 +10,12 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/http"
+
+	"github.com/t1flow/t1flow/internal/httpjson"
 )
 
-// InferenceClient speaks the subset of SGLang's native API that rollouts use.
-type InferenceClient struct {
+// Client speaks the subset of SGLang's native API that rollouts use.
+type Client struct {
 	BaseURL string
 	HTTP    *http.Client
 }
@@ -90,82 +96,43 @@ type ModelInfo struct {
 	SpecialTokens map[string]int `json:"special_tokens"`
 }
 
-func (c *InferenceClient) hc() *http.Client {
-	if c.HTTP != nil {
-		return c.HTTP
-	}
-	return http.DefaultClient
-}
-
-// Generate samples a continuation.
-func (c *InferenceClient) Generate(ctx context.Context, req GenerateRequest) (*GenerateResponse, error) {
-	var r GenerateResponse
-	err := call(ctx, c.hc(), http.MethodPost, c.BaseURL+"/generate", "/generate", req, &r)
-	return &r, err
-}
-
-// ModelInfo describes the served model.
-func (c *InferenceClient) ModelInfo(ctx context.Context) (ModelInfo, error) {
-	var m ModelInfo
-	err := call(ctx, c.hc(), http.MethodGet, c.BaseURL+"/get_model_info", "/get_model_info", nil, &m)
-	return m, err
-}
-
-// UpdateWeightsFromDisk loads a checkpoint directory on the server's host.
-func (c *InferenceClient) UpdateWeightsFromDisk(ctx context.Context, dir string) error {
-	return call(ctx, c.hc(), http.MethodPost, c.BaseURL+"/update_weights_from_disk", "/update_weights_from_disk", map[string]string{"model_path": dir}, nil)
-}
-
-// Health is /health.
-func (c *InferenceClient) Health(ctx context.Context) error {
-	return call(ctx, c.hc(), http.MethodGet, c.BaseURL+"/health", "/health", nil, nil)
-}
-
-// Tokenize encodes text with the server's tokenizer (special tokens allowed).
-func (c *InferenceClient) Tokenize(ctx context.Context, text string) ([]int, error) {
-	var r struct {
-		Tokens []int `json:"tokens"`
-	}
-	err := call(ctx, c.hc(), http.MethodPost, c.BaseURL+"/tokenize", "/tokenize", map[string]any{"text": text}, &r)
-	return r.Tokens, err
-}
-
-// ChatMessage is one OpenAI-style chat message.
-type ChatMessage struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
-
-// ChatClient speaks an OpenAI-compatible /v1/chat/completions endpoint
-// (hosted models, eval only: text in and out).
-type ChatClient struct {
-	BaseURL string // up to, not including, /v1
-	Model   string
-	APIKey  string
-	HTTP    *http.Client
-}
-
-// Complete returns the assistant's reply and its finish reason.
-func (c *ChatClient) Complete(ctx context.Context, msgs []ChatMessage, maxTokens int, temperature float64) (string, string, error) {
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
 	hc := c.HTTP
 	if hc == nil {
 		hc = http.DefaultClient
 	}
-	body := map[string]any{"model": c.Model, "messages": msgs, "max_tokens": maxTokens, "temperature": temperature}
+	return httpjson.Call(ctx, hc, method, c.BaseURL+path, path, "", in, out)
+}
+
+// Generate samples a continuation.
+func (c *Client) Generate(ctx context.Context, req GenerateRequest) (*GenerateResponse, error) {
+	var r GenerateResponse
+	err := c.do(ctx, http.MethodPost, "/generate", req, &r)
+	return &r, err
+}
+
+// ModelInfo describes the served model.
+func (c *Client) ModelInfo(ctx context.Context) (ModelInfo, error) {
+	var m ModelInfo
+	err := c.do(ctx, http.MethodGet, "/get_model_info", nil, &m)
+	return m, err
+}
+
+// UpdateWeightsFromDisk loads a checkpoint directory on the server's host.
+func (c *Client) UpdateWeightsFromDisk(ctx context.Context, dir string) error {
+	return c.do(ctx, http.MethodPost, "/update_weights_from_disk", map[string]string{"model_path": dir}, nil)
+}
+
+// Health is /health.
+func (c *Client) Health(ctx context.Context) error {
+	return c.do(ctx, http.MethodGet, "/health", nil, nil)
+}
+
+// Tokenize encodes text with the server's tokenizer (special tokens allowed).
+func (c *Client) Tokenize(ctx context.Context, text string) ([]int, error) {
 	var r struct {
-		Choices []struct {
-			Message      ChatMessage `json:"message"`
-			FinishReason string      `json:"finish_reason"`
-		} `json:"choices"`
+		Tokens []int `json:"tokens"`
 	}
-	req := func(ctx context.Context) error {
-		return callAuth(ctx, hc, c.BaseURL+"/v1/chat/completions", c.APIKey, body, &r)
-	}
-	if err := req(ctx); err != nil {
-		return "", "", err
-	}
-	if len(r.Choices) == 0 {
-		return "", "", fmt.Errorf("/v1/chat/completions: no choices in the answer")
-	}
-	return r.Choices[0].Message.Content, r.Choices[0].FinishReason, nil
+	err := c.do(ctx, http.MethodPost, "/tokenize", map[string]any{"text": text}, &r)
+	return r.Tokens, err
 }

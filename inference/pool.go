@@ -1,4 +1,4 @@
-package gpu
+package inference
 
 import (
 	"context"
@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/t1flow/t1flow/internal/httpjson"
 )
 
 // Pool spreads rollouts over inference replicas. A rollout (session) stays on
@@ -15,7 +17,7 @@ import (
 // context; new sessions go to the healthy replica with the fewest outstanding
 // requests. Transport errors and 5xx are retried with backoff (on another
 // replica when the first is down); a 4xx is returned at once as a
-// *StatusError carrying the server's message.
+// *httpjson.StatusError carrying the server's message.
 type Pool struct {
 	Retries int           // retries after the first try
 	Backoff time.Duration // first backoff; doubles each retry
@@ -26,7 +28,7 @@ type Pool struct {
 }
 
 type replica struct {
-	client      *InferenceClient
+	client      *Client
 	outstanding atomic.Int64
 	down        atomic.Bool
 }
@@ -38,7 +40,7 @@ func NewPool(urls []string, hc *http.Client) (*Pool, error) {
 	}
 	p := &Pool{Retries: 4, Backoff: 200 * time.Millisecond, sticky: map[string]*replica{}}
 	for _, u := range urls {
-		p.replicas = append(p.replicas, &replica{client: &InferenceClient{BaseURL: u, HTTP: hc}})
+		p.replicas = append(p.replicas, &replica{client: &Client{BaseURL: u, HTTP: hc}})
 	}
 	return p, nil
 }
@@ -99,14 +101,14 @@ func (p *Pool) Forget(session string) {
 
 // Retryable reports whether err is worth another try (not a 4xx).
 func Retryable(err error) bool {
-	var se *StatusError
+	var se *httpjson.StatusError
 	if errors.As(err, &se) {
 		return se.Status/100 != 4
 	}
 	return err != nil && !errors.Is(err, context.Canceled)
 }
 
-func do[T any](ctx context.Context, p *Pool, session string, fn func(*InferenceClient) (T, error)) (T, error) {
+func do[T any](ctx context.Context, p *Pool, session string, fn func(*Client) (T, error)) (T, error) {
 	var zero T
 	backoff := p.Backoff
 	var last error
@@ -122,7 +124,7 @@ func do[T any](ctx context.Context, p *Pool, session string, fn func(*InferenceC
 		if !Retryable(err) || ctx.Err() != nil {
 			return zero, err
 		}
-		var se *StatusError
+		var se *httpjson.StatusError
 		if !errors.As(err, &se) {
 			r.down.Store(true) // transport error: send the session elsewhere
 			go p.recheck(r)
@@ -151,15 +153,15 @@ func (p *Pool) recheck(r *replica) {
 
 // Generate runs /generate for a session.
 func (p *Pool) Generate(ctx context.Context, session string, req GenerateRequest) (*GenerateResponse, error) {
-	return do(ctx, p, session, func(c *InferenceClient) (*GenerateResponse, error) { return c.Generate(ctx, req) })
+	return do(ctx, p, session, func(c *Client) (*GenerateResponse, error) { return c.Generate(ctx, req) })
 }
 
 // ModelInfo asks the session's replica.
 func (p *Pool) ModelInfo(ctx context.Context, session string) (ModelInfo, error) {
-	return do(ctx, p, session, func(c *InferenceClient) (ModelInfo, error) { return c.ModelInfo(ctx) })
+	return do(ctx, p, session, func(c *Client) (ModelInfo, error) { return c.ModelInfo(ctx) })
 }
 
 // Tokenize encodes text on the session's replica.
 func (p *Pool) Tokenize(ctx context.Context, session, text string) ([]int, error) {
-	return do(ctx, p, session, func(c *InferenceClient) ([]int, error) { return c.Tokenize(ctx, text) })
+	return do(ctx, p, session, func(c *Client) ([]int, error) { return c.Tokenize(ctx, text) })
 }

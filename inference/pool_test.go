@@ -1,4 +1,4 @@
-package gpu
+package inference
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/t1flow/t1flow/internal/httpjson"
 )
 
 func fakeReplica(t *testing.T, name string, calls *atomic.Int32, fail func(n int32) int) *httptest.Server {
@@ -69,7 +71,7 @@ func TestPoolRetriesServerErrorsNotClientErrors(t *testing.T) {
 	picky := fakeReplica(t, "picky", &m, func(int32) int { return 400 })
 	p2, _ := NewPool([]string{picky.URL}, nil)
 	_, err = p2.Generate(context.Background(), "s", GenerateRequest{})
-	var se *StatusError
+	var se *httpjson.StatusError
 	if !errors.As(err, &se) || se.Status != 400 || !strings.Contains(se.Msg, "picky says no") || m.Load() != 1 || Retryable(err) {
 		t.Fatalf("a 4xx must come back at once with its message: %v after %d calls", err, m.Load())
 	}

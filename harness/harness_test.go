@@ -1,0 +1,160 @@
+package harness
+
+import (
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/t1flow/t1flow/inference"
+	"github.com/t1flow/t1flow/internal/errs"
+)
+
+func TestParseAction(t *testing.T) {
+	a, err := ParseAction("sure! {\"analysis\": \"a\", \"plan\": \"p\", \"commands\": [{\"keystrokes\": \"ls\\n\", \"duration\": 500}], \"task_complete\": false} done")
+	if err != nil || len(a.Commands) != 1 || a.Commands[0].Keystrokes != "ls\n" || a.Commands[0].Duration != MaxKeysDuration {
+		t.Fatalf("%+v %v", a, err)
+	}
+	a, err = ParseAction(`{"analysis": "", "plan": "", "commands": [], "task_complete": true}`)
+	if err != nil || !a.TaskComplete {
+		t.Fatalf("%+v %v", a, err)
+	}
+	for _, bad := range []string{"no json here", "{not json}", `{"commands": [{"keystrokes": "x", "duration": -1}]}`,
+		`{"commands": [], "task_complete": false}`, `{"command": "ls"}`} {
+		if _, err := ParseAction(bad); err == nil {
+			t.Errorf("%q: want an error", bad)
+		}
+	}
+}
+
+func routed(v []int32) string {
+	b := make([]byte, 4*len(v))
+	for i, x := range v {
+		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
+	}
+	return base64.StdEncoding.EncodeToString(b)
+}
+
+// errType is the application error type behind err.
+func errType(err error) string {
+	var ae *temporal.ApplicationError
+	if errors.As(err, &ae) {
+		return ae.Type()
+	}
+	return ""
+}
+
+func TestCaptureRoutingValidates(t *testing.T) {
+	info := inference.ModelInfo{NumLayers: 2, TopK: 2, NumExperts: 4}
+	resp := func(v []int32) *inference.GenerateResponse {
+		r := &inference.GenerateResponse{}
+		if v != nil {
+			r.MetaInfo.RoutedExperts = routed(v)
+		}
+		return r
+	}
+	good := []int32{0, 1, 2, 3, 1, 0, 3, 2} // 2 positions × 2 layers × top-2
+	if r, err := CaptureRouting(resp(good), info, 5, 7); err != nil || len(r) != 8 {
+		t.Fatalf("%v %v", r, err)
+	}
+	cases := map[string][]int32{
+		"missing":      nil,
+		"short":        good[:6],
+		"out of range": {0, 1, 2, 9, 1, 0, 3, 2},
+		"zero layer":   {0, 0, 2, 3, 0, 0, 3, 2},
+	}
+	for name, v := range cases {
+		_, err := CaptureRouting(resp(v), info, 5, 7)
+		if err == nil || !strings.Contains(err.Error(), "") || errType(err) != errs.RoutingMissing {
+			t.Errorf("%s: want RoutingMissing, got %v", name, err)
+		}
+	}
+}
+
+func TestStitchCases(t *testing.T) {
+	mk := func(fr map[string]any) *inference.GenerateResponse {
+		r := &inference.GenerateResponse{}
+		r.MetaInfo.FinishReason = fr
+		return r
+	}
+	for want, fr := range map[string]map[string]any{
+		StitchEOT:        {"type": "stop", "matched": float64(260)},
+		StitchEOS:        {"type": "stop", "matched": float64(258)},
+		StitchStopString: {"type": "stop", "matched": "</s>"},
+		StitchLength:     {"type": "length", "length": float64(32)},
+	} {
+		if got := StitchCase(mk(fr), 260); got != want {
+			t.Errorf("%v: got %s, want %s", fr, got, want)
+		}
+	}
+}
+
+func TestAuditDriftCatchesTampering(t *testing.T) {
+	// Turn 0: prompt [1 2 3], sampled [10 11]. Turn 1: glue [20 21], sampled [12].
+	tokens := []int32{1, 2, 3, 10, 11, 20, 21, 12}
+	mask := []uint8{0, 0, 0, 1, 1, 0, 0, 1}
+	turns := []Turn{
+		{PromptLen: 3, PromptHash: HashTokens(tokens[:3]), Sampled: []int32{10, 11}},
+		{PromptLen: 7, PromptHash: HashTokens(tokens[:7]), Sampled: []int32{12}},
+	}
+	d := AuditDrift(tokens, mask, turns, len(tokens))
+	if d.PromptMismatches != 0 || d.LossMismatches != 0 || d.Drift != 0 {
+		t.Fatalf("clean episode: %+v", d)
+	}
+	tokens[3] = 99 // a sampled token rewritten
+	d = AuditDrift(tokens, mask, turns, len(tokens))
+	if d.LossMismatches != 1 || d.PromptMismatches != 1 {
+		t.Fatalf("tampered episode: %+v", d)
+	}
+}
+
+func TestObservationGlueClosesAnOpenTurn(t *testing.T) {
+	eot := ObservationGlue("out", StitchEOT)
+	if eot != "<|im_start|><|user|>out<|im_end|><|im_start|><|assistant|>" {
+		t.Fatalf("eot glue %q", eot)
+	}
+	for _, s := range []string{StitchEOS, StitchLength, StitchStopString} {
+		if g := ObservationGlue("out", s); g != ImEnd+eot {
+			t.Errorf("%s: glue %q must close the assistant turn first", s, g)
+		}
+	}
+}
+
+func TestNextObservationAsksOnceToConfirm(t *testing.T) {
+	done := Action{TaskComplete: true}
+	if obs, confirm, fin := NextObservation(done, nil, false, "$ "); !confirm || fin || !strings.Contains(obs, "Are you sure") {
+		t.Fatalf("first task_complete: %q %v %v", obs, confirm, fin)
+	}
+	if obs, confirm, fin := NextObservation(done, nil, true, "$ "); confirm || !fin || obs != "" {
+		t.Fatalf("confirmed task_complete: %q %v %v", obs, confirm, fin)
+	}
+	if obs, _, fin := NextObservation(Action{}, errors.New("no JSON object found"), true, "$ "); fin || !strings.Contains(obs, "not a valid action (no JSON object found)") {
+		t.Fatalf("invalid answer: %q %v", obs, fin)
+	}
+	if obs, _, _ := NextObservation(Action{Commands: []Keys{{Keystrokes: "ls\n"}}}, nil, false, " \n"); obs != "New terminal output: (none)" {
+		t.Fatalf("empty output: %q", obs)
+	}
+}
+
+func TestSolutionTurnsStartLikeARollout(t *testing.T) {
+	parts, err := SolutionTurns("  Count the lines.\n", "cd /app\nwc -l data.txt > out.txt\n")
+	if err != nil || len(parts) != 4 {
+		t.Fatalf("%d parts, %v", len(parts), err)
+	}
+	if parts[0] != FirstPrompt(FirstObservation("Count the lines.", "root@sandbox:/app# ")) {
+		t.Fatalf("the SFT prompt differs from a rollout's first prompt:\n%s", parts[0])
+	}
+	a, err := ParseAction(strings.TrimSuffix(parts[1], ImEnd))
+	if err != nil || !a.TaskComplete || len(a.Commands) == 0 || !strings.HasSuffix(parts[1], ImEnd) {
+		t.Fatalf("solution turn %q: %v", parts[1], err)
+	}
+	if !strings.HasPrefix(parts[2], "<|im_start|><|user|>Are you sure") {
+		t.Fatalf("confirmation glue %q", parts[2])
+	}
+	if _, err := SolutionTurns("x", "# only a comment\n"); err == nil {
+		t.Fatal("a solution without steps must be refused")
+	}
+}

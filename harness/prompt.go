@@ -1,0 +1,100 @@
+package harness
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/t1flow/t1flow/inference"
+	"github.com/t1flow/t1flow/internal/audit"
+)
+
+// ImEnd closes a chat-template turn; the policy's sampler stops on it.
+const ImEnd = "<|im_end|>"
+
+// FirstPrompt is a policy's context at turn 0: the system prompt, the first
+// observation, and the open assistant turn. Rollouts and SFT samples share it
+// so that training sees exactly what sampling saw.
+func FirstPrompt(obs string) string {
+	return "<|im_start|><|system|>" + SystemPrompt + ImEnd + "<|im_start|><|user|>" +
+		obs + ImEnd + "<|im_start|><|assistant|>"
+}
+
+// FirstMessages is the same opening for a chat agent.
+func FirstMessages(obs string) []inference.ChatMessage {
+	return []inference.ChatMessage{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: obs}}
+}
+
+// ObservationGlue is the context between two assistant turns: the
+// observation as a user turn, then the next assistant turn opened. Unless
+// the sampler stopped on <|im_end|> itself (StitchEOT), the glue first closes
+// the assistant turn it left open.
+func ObservationGlue(obs, stitch string) string {
+	g := "<|im_start|><|user|>" + obs + ImEnd + "<|im_start|><|assistant|>"
+	if stitch != StitchEOT {
+		g = ImEnd + g
+	}
+	return g
+}
+
+// FirstObservation is the task and the terminal as the episode starts.
+func FirstObservation(instruction, terminal string) string {
+	return "Task:\n" + strings.TrimSpace(instruction) + "\n\nCurrent terminal state:\n" + terminal
+}
+
+// NextObservation decides what the model sees after its answer ran: a
+// correction for an invalid answer, a request to confirm a first
+// task_complete (confirm), or the new output. A task_complete while a
+// confirmation is pending ends the episode (done, no observation).
+func NextObservation(action Action, perr error, pending bool, terminal string) (obs string, confirm, done bool) {
+	switch {
+	case perr != nil:
+		return correctiveObservation(perr, terminal), false, false
+	case action.TaskComplete && pending:
+		return "", false, true
+	case action.TaskComplete:
+		return confirmObservation(terminal), true, false
+	default:
+		return outputObservation(terminal), false, false
+	}
+}
+
+func correctiveObservation(err error, terminal string) string {
+	return fmt.Sprintf("Your previous response was not a valid action (%v). Reply with exactly one JSON object with the fields analysis, plan, commands (a list of {\"keystrokes\", \"duration\"}) and task_complete.\n\nCurrent terminal output:\n%s", err, terminal)
+}
+
+func confirmObservation(terminal string) string {
+	return "Are you sure you want to mark the task as complete? Your solution will be graded and you cannot make further changes. If so, reply again with \"task_complete\": true.\n\nCurrent terminal output:\n" + terminal
+}
+
+func outputObservation(terminal string) string {
+	if strings.TrimSpace(terminal) == "" {
+		return "New terminal output: (none)"
+	}
+	return "New terminal output:\n" + terminal
+}
+
+// SolutionTurns renders a reference solution as the harness's turns, for
+// SFT: the first prompt a rollout sees (on a fresh shell), an assistant turn
+// whose commands are the solution's steps and which marks the task complete,
+// the confirmation glue, and the confirming turn. Even-indexed parts are
+// context, odd-indexed parts are what the policy learns.
+func SolutionTurns(instruction, solution string) ([]string, error) {
+	var keys []Keys
+	for _, s := range audit.SplitSteps(solution) {
+		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
+	}
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("no steps to imitate")
+	}
+	act := func(plan string, cmds []Keys, done bool) string {
+		b, _ := json.Marshal(Action{Analysis: "The terminal is ready.", Plan: plan, Commands: cmds, TaskComplete: done})
+		return string(b)
+	}
+	return []string{
+		FirstPrompt(FirstObservation(instruction, "root@sandbox:/app# ")),
+		act("Run the steps that solve the task.", keys, true) + ImEnd,
+		ObservationGlue(confirmObservation(""), StitchEOT),
+		act("Confirm completion.", []Keys{}, true) + ImEnd,
+	}, nil
+}

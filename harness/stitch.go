@@ -1,0 +1,70 @@
+package harness
+
+import (
+	"github.com/t1flow/t1flow/inference"
+	"github.com/t1flow/t1flow/internal/errs"
+)
+
+// Stitch cases: how one turn's sampled tokens join the next turn's context.
+// Every boundary falls in exactly one case, recorded per turn.
+const (
+	StitchInitial    = "initial"     // the first prompt, tokenized once
+	StitchEOT        = "eot"         // stopped on <|im_end|>: observation glue follows the sampled tokens
+	StitchEOS        = "eos"         // stopped on another stop token: <|im_end|> added as glue (masked)
+	StitchLength     = "length"      // hit max_new_tokens: <|im_end|> added as glue (masked)
+	StitchStopString = "stop_string" // stopped on a stop string: <|im_end|> added as glue (masked)
+)
+
+// StitchCase names how generation stopped; im is the <|im_end|> token ID.
+func StitchCase(resp *inference.GenerateResponse, im int) string {
+	fr := resp.MetaInfo.FinishReason
+	switch fr["type"] {
+	case "length":
+		return StitchLength
+	case "stop":
+		switch m := fr["matched"].(type) {
+		case float64:
+			if int(m) == im {
+				return StitchEOT
+			}
+			return StitchEOS
+		case string:
+			return StitchStopString
+		}
+	}
+	return StitchLength
+}
+
+// CaptureRouting validates one turn's routed experts: every position the
+// sampler processed since `from`, with the model's layers and top-k, expert
+// IDs in range, and no all-zero MoE layer. Anything else is RoutingMissing.
+func CaptureRouting(resp *inference.GenerateResponse, info inference.ModelInfo, from, to int) ([]int32, error) {
+	r, err := resp.RoutedExperts()
+	if err != nil {
+		return nil, errs.RoutingMissingf("%v", err)
+	}
+	per := info.NumLayers * info.TopK
+	if per == 0 {
+		return nil, errs.RoutingMissingf("model info reports %d layers × top-%d: not an MoE model", info.NumLayers, info.TopK)
+	}
+	if len(r) != (to-from)*per {
+		return nil, errs.RoutingMissingf("routing has %d entries, expected %d positions × %d layers × top-%d = %d", len(r), to-from, info.NumLayers, info.TopK, (to-from)*per)
+	}
+	nonzero := make([]bool, info.NumLayers)
+	for i, e := range r {
+		if e < 0 || int(e) >= info.NumExperts {
+			return nil, errs.RoutingMissingf("expert ID %d at position %d is outside [0, %d)", e, from+i/per, info.NumExperts)
+		}
+		if e != 0 {
+			nonzero[(i%per)/info.TopK] = true
+		}
+	}
+	if to-from > 1 || info.TopK > 1 {
+		for l, ok := range nonzero {
+			if !ok {
+				return nil, errs.RoutingMissingf("layer %d is all zero across %d positions (capture failed)", l, to-from)
+			}
+		}
+	}
+	return r, nil
+}

@@ -1,0 +1,53 @@
+package inference
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	"github.com/t1flow/t1flow/internal/httpjson"
+)
+
+// ChatMessage is one OpenAI-style chat message.
+type ChatMessage struct {
+	Role    string `json:"role"`
+	Content string `json:"content"`
+}
+
+// ChatClient speaks an OpenAI-compatible /v1/chat/completions endpoint
+// (hosted models, eval only: text in and out).
+type ChatClient struct {
+	BaseURL string // up to, not including, /v1
+	Model   string
+	APIKey  string
+	HTTP    *http.Client
+}
+
+// Complete returns the assistant's reply and its finish reason.
+func (c *ChatClient) Complete(ctx context.Context, msgs []ChatMessage, maxTokens int, temperature float64) (string, string, error) {
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	body := map[string]any{"model": c.Model, "messages": msgs, "max_tokens": maxTokens, "temperature": temperature}
+	var r struct {
+		Choices []struct {
+			Message      ChatMessage `json:"message"`
+			FinishReason string      `json:"finish_reason"`
+		} `json:"choices"`
+	}
+	if err := httpjson.Call(ctx, hc, http.MethodPost, c.BaseURL+"/v1/chat/completions", "/v1/chat/completions", c.APIKey, body, &r); err != nil {
+		return "", "", err
+	}
+	if len(r.Choices) == 0 {
+		return "", "", fmt.Errorf("/v1/chat/completions: no choices in the answer")
+	}
+	return r.Choices[0].Message.Content, r.Choices[0].FinishReason, nil
+}
+
+// Ask sends one user message and returns the reply: the synthesizer's use,
+// which needs no history.
+func (c *ChatClient) Ask(ctx context.Context, prompt string, maxTokens int, temperature float64) (string, error) {
+	reply, _, err := c.Complete(ctx, []ChatMessage{{Role: "user", Content: prompt}}, maxTokens, temperature)
+	return reply, err
+}
