@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/gpu"
-	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/workflows"
@@ -229,17 +228,9 @@ func startCheckpointEval(ctx context.Context, c client.Client, in workflows.Chec
 	if err != nil {
 		return fmt.Errorf("start checkpoint eval: %w", err)
 	}
-	info := stdout
-	if asJSON {
-		info = stderr
-	}
 	warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
-	if existing {
-		fmt.Fprintf(info, "found existing checkpoint eval %s (use --new for another)\n", wid)
-	} else {
-		fmt.Fprintf(info, "checkpoint eval %s: %d tasks × %d attempts at %d checkpoints\n", wid, len(in.Eval.Tasks), in.Eval.Attempts, len(in.Checkpoints))
-	}
-	fmt.Fprintf(info, "  %s\n", config.UIURL(wid))
+	announce(infoOut(asJSON, stdout, stderr), wid, existing, fmt.Sprintf("found existing checkpoint eval %s (use --new for another)", wid),
+		fmt.Sprintf("checkpoint eval %s: %d tasks × %d attempts at %d checkpoints", wid, len(in.Eval.Tasks), in.Eval.Attempts, len(in.Checkpoints)))
 	if !wait && !asJSON {
 		return nil
 	}
