@@ -61,7 +61,41 @@ func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp str
 		return "", err
 	}
 	name := fmt.Sprintf("bench%d", time.Now().UnixNano()%1e9)
-	cfg, err := campaign.Parse("bench.toml", fmt.Sprintf(`name = %q
+	cfg, err := campaign.Parse("bench.toml", fmt.Sprintf(benchCampaignTOML, name))
+	if err != nil {
+		return "", err
+	}
+	var res workflows.CampaignResult
+	if err := execWait(ctx, c, ids.CampaignWorkflowID(name), workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}, &res); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n## Campaigns\n\nA campaign of %d PPO steps × 4 policy rollouts (2 turns each) of the reference model, then scripted rollouts for memory.\n\n", cfg.PPO.Steps)
+	fmt.Fprintf(&b, "| PPO step | step wall | rollouts | ppo_step (trainer) | orchestration share | step history events / bytes | per-rollout events / bytes |\n|---|---|---|---|---|---|---|\n")
+	for step := 1; step <= cfg.PPO.Steps; step++ {
+		row, err := ppoStepRow(ctx, c, name, step)
+		if err != nil {
+			return "", err
+		}
+		b.WriteString(row)
+	}
+	cn, cb, _, _, _ := historySize(ctx, c, ids.CampaignWorkflowID(name), "")
+	fmt.Fprintf(&b, "\nThe campaign workflow's own history: %d events, %d bytes for %d steps (it continues as new every `continue_as_new_every` steps).\n", cn, cb, cfg.PPO.Steps)
+
+	// Worker memory (this process runs every worker) against concurrent rollouts.
+	fmt.Fprintf(&b, "\n| concurrent rollouts (scripted, `sleep 3`) | worker heap in use | goroutines |\n|---|---|---|\n")
+	for _, conc := range []int{1, 4, 8} {
+		peak, peakG, err := peakMemory(ctx, c, ref, fmt.Sprintf("%s-mem-%d", name, conc), conc)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "| %d | %.1f MiB | %d |\n", conc, float64(peak)/(1<<20), peakG)
+	}
+	return b.String(), nil
+}
+
+// benchCampaignTOML is a small campaign of the reference model (%q: its name).
+const benchCampaignTOML = `name = %q
 [pools]
 train = "bench-train"
 [policy]
@@ -79,94 +113,78 @@ max_failed_share = 0.5
 [eval]
 base = false
 at_end = false
-`, name))
+`
+
+// ppoStepRow is one PPO step's table row: its wall time split into the
+// rollout and training phases (from the step's own history), the rest being
+// orchestration, and history sizes for the step and per rollout.
+func ppoStepRow(ctx context.Context, c client.Client, name string, step int) (string, error) {
+	wid := ids.PPOStepWorkflowID(name, step)
+	n, bytes, start, end, err := historySize(ctx, c, wid, "")
 	if err != nil {
 		return "", err
 	}
-	var res workflows.CampaignResult
-	if err := execWait(ctx, c, workflows.CampaignWorkflowID(name), workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}, &res); err != nil {
-		return "", err
+	it := c.GetWorkflowHistory(ctx, wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	var rFirst, rLast, tStart, tEnd time.Time
+	var rolloutIDs []string
+	for it.HasNext() {
+		ev, _ := it.Next()
+		if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
+			if rFirst.IsZero() {
+				rFirst = ev.EventTime.AsTime()
+			}
+			rolloutIDs = append(rolloutIDs, a.WorkflowId)
+		}
+		if ev.GetChildWorkflowExecutionCompletedEventAttributes() != nil {
+			rLast = ev.EventTime.AsTime()
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.ActivityType.Name == "TrainerPPOStep" {
+			tStart = ev.EventTime.AsTime()
+		}
+		if ev.GetActivityTaskCompletedEventAttributes() != nil && !tStart.IsZero() {
+			tEnd = ev.EventTime.AsTime()
+		}
 	}
-	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Campaigns\n\nA campaign of %d PPO steps × 4 policy rollouts (2 turns each) of the reference model, then scripted rollouts for memory.\n\n", cfg.PPO.Steps)
-	fmt.Fprintf(&b, "| PPO step | step wall | rollouts | ppo_step (trainer) | orchestration share | step history events / bytes | per-rollout events / bytes |\n|---|---|---|---|---|---|---|\n")
-	for step := 1; step <= cfg.PPO.Steps; step++ {
-		wid := workflows.PPOStepWorkflowID(name, step)
-		n, bytes, start, end, err := historySize(ctx, c, wid, "")
+	re, rb := 0, 0
+	for _, id := range rolloutIDs {
+		n, b, _, _, err := historySize(ctx, c, id, "")
 		if err != nil {
 			return "", err
 		}
-		// Rollout and training phases from the step's own history.
-		it := c.GetWorkflowHistory(ctx, wid, "", false, enums.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-		var rFirst, rLast, tStart, tEnd time.Time
-		var rolloutIDs []string
-		for it.HasNext() {
-			ev, _ := it.Next()
-			if a := ev.GetStartChildWorkflowExecutionInitiatedEventAttributes(); a != nil {
-				if rFirst.IsZero() {
-					rFirst = ev.EventTime.AsTime()
-				}
-				rolloutIDs = append(rolloutIDs, a.WorkflowId)
-			}
-			if ev.GetChildWorkflowExecutionCompletedEventAttributes() != nil {
-				rLast = ev.EventTime.AsTime()
-			}
-			if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.ActivityType.Name == "TrainerPPOStep" {
-				tStart = ev.EventTime.AsTime()
-			}
-			if ev.GetActivityTaskCompletedEventAttributes() != nil && !tStart.IsZero() {
-				tEnd = ev.EventTime.AsTime()
-			}
-		}
-		re, rb := 0, 0
-		for _, id := range rolloutIDs {
-			n, b, _, _, err := historySize(ctx, c, id, "")
-			if err != nil {
-				return "", err
-			}
-			re, rb = re+n, rb+b
-		}
-		wall, roll, train := end.Sub(start), rLast.Sub(rFirst), tEnd.Sub(tStart)
-		orch := wall - roll - train
-		fmt.Fprintf(&b, "| %d | %s | %s | %s | %.1f%% | %d / %d B | %d / %d B |\n", step, wall.Round(time.Millisecond), roll.Round(time.Millisecond),
-			train.Round(time.Millisecond), 100*float64(orch)/float64(wall), n, bytes, re/max(1, len(rolloutIDs)), rb/max(1, len(rolloutIDs)))
+		re, rb = re+n, rb+b
 	}
-	cn, cb, _, _, _ := historySize(ctx, c, workflows.CampaignWorkflowID(name), "")
-	fmt.Fprintf(&b, "\nThe campaign workflow's own history: %d events, %d bytes for %d steps (it continues as new every `continue_as_new_every` steps).\n", cn, cb, cfg.PPO.Steps)
+	wall, roll, train := end.Sub(start), rLast.Sub(rFirst), tEnd.Sub(tStart)
+	orch := wall - roll - train
+	return fmt.Sprintf("| %d | %s | %s | %s | %.1f%% | %d / %d B | %d / %d B |\n", step, wall.Round(time.Millisecond), roll.Round(time.Millisecond),
+		train.Round(time.Millisecond), 100*float64(orch)/float64(wall), n, bytes, re/max(1, len(rolloutIDs)), rb/max(1, len(rolloutIDs))), nil
+}
 
-	// Worker memory (this process runs every worker) against concurrent rollouts.
-	fmt.Fprintf(&b, "\n| concurrent rollouts (scripted, `sleep 3`) | worker heap in use | goroutines |\n|---|---|---|\n")
-	for _, conc := range []int{1, 4, 8} {
-		var tasks []task.Ref
-		for i := 0; i < conc; i++ {
-			tasks = append(tasks, ref)
-		}
-		in := workflows.EvalSweepInput{SweepID: fmt.Sprintf("%s-mem-%d", name, conc), Tasks: tasks, Attempts: 1, Concurrency: conc,
-			Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"sleep 3"}}}
-		run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: ids.EvalSweepWorkflowID(in.SweepID), TaskQueue: ids.ControlQueue}, workflows.EvalSweepWorkflow, in)
-		if err != nil {
-			return "", err
-		}
-		var peak uint64
-		peakG := 0
-		done := make(chan error, 1)
-		go func() { done <- run.Get(ctx, nil) }()
-	wait:
-		for {
-			select {
-			case err := <-done:
-				if err != nil {
-					return "", err
-				}
-				break wait
-			case <-time.After(200 * time.Millisecond):
-				var m runtime.MemStats
-				runtime.ReadMemStats(&m)
-				peak = max(peak, m.HeapInuse)
-				peakG = max(peakG, runtime.NumGoroutine())
-			}
-		}
-		fmt.Fprintf(&b, "| %d | %.1f MiB | %d |\n", conc, float64(peak)/(1<<20), peakG)
+// peakMemory runs conc scripted rollouts at once and samples this process's
+// heap in use and goroutines until they finish; it returns the peaks.
+func peakMemory(ctx context.Context, c client.Client, ref task.Ref, sweepID string, conc int) (uint64, int, error) {
+	var tasks []task.Ref
+	for i := 0; i < conc; i++ {
+		tasks = append(tasks, ref)
 	}
-	return b.String(), nil
+	in := workflows.EvalSweepInput{SweepID: sweepID, Tasks: tasks, Attempts: 1, Concurrency: conc,
+		Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"sleep 3"}}}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: ids.EvalSweepWorkflowID(in.SweepID), TaskQueue: ids.ControlQueue}, workflows.EvalSweepWorkflow, in)
+	if err != nil {
+		return 0, 0, err
+	}
+	var peak uint64
+	peakG := 0
+	done := make(chan error, 1)
+	go func() { done <- run.Get(ctx, nil) }()
+	for {
+		select {
+		case err := <-done:
+			return peak, peakG, err
+		case <-time.After(200 * time.Millisecond):
+			var m runtime.MemStats
+			runtime.ReadMemStats(&m)
+			peak = max(peak, m.HeapInuse)
+			peakG = max(peakG, runtime.NumGoroutine())
+		}
+	}
 }

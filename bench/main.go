@@ -27,11 +27,11 @@ import (
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
+	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -54,171 +54,101 @@ func median(ds []time.Duration) time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d.Microseconds())/1000) }
 
-func run(out string, n, turns int) error {
-	ctx := context.Background()
-	state := testenv.StateDir()
-	d, err := sandbox.NewDocker(ctx, state)
-	if err != nil {
-		return err
+// env is what every benchmark shares: Docker, a store, one example task
+// (bundled and built) and the activities, all under a temporary directory.
+type env struct {
+	state string
+	d     *sandbox.Docker
+	st    *store.Local
+	tmp   string
+	tk    *task.Task
+	ref   task.Ref
+	img   string
+	acts  *activities.Activities
+}
+
+func setup(ctx context.Context) (*env, error) {
+	e := &env{state: testenv.StateDir()}
+	var err error
+	if e.d, err = sandbox.NewDocker(ctx, e.state); err != nil {
+		return nil, err
 	}
-	if _, err := d.EnsureBaseImage(ctx); err != nil {
-		return err
+	if _, err := e.d.EnsureBaseImage(ctx); err != nil {
+		return nil, err
 	}
-	tmp, err := os.MkdirTemp("", "t1flow-bench-")
-	if err != nil {
-		return err
+	if e.tmp, err = os.MkdirTemp("", "t1flow-bench-"); err != nil {
+		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	st, err := store.NewLocal(filepath.Join(tmp, "store"))
-	if err != nil {
-		return err
+	if e.st, err = store.NewLocal(filepath.Join(e.tmp, "store")); err != nil {
+		return e, err
 	}
-	tk, err := task.Load(filepath.Join(testenv.RepoRoot(), "examples/tasks/log-level-counter"))
-	if err != nil {
-		return err
+	if e.tk, err = task.Load(filepath.Join(testenv.RepoRoot(), "examples/tasks/log-level-counter")); err != nil {
+		return e, err
 	}
-	ref, err := task.Bundle(ctx, st, tk)
-	if err != nil {
-		return err
+	if e.ref, err = task.Bundle(ctx, e.st, e.tk); err != nil {
+		return e, err
 	}
-	img, _, err := d.EnsureTaskImage(ctx, tk, nil)
-	if err != nil {
-		return err
+	if e.img, _, err = e.d.EnsureTaskImage(ctx, e.tk, nil); err != nil {
+		return e, err
 	}
 	host := fmt.Sprintf("bench-%d", os.Getpid())
-	acts := &activities.Activities{Docker: d, Store: st, Host: host, TaskCache: filepath.Join(tmp, "cache"), EpisodeDir: filepath.Join(tmp, "episodes")}
+	e.acts = &activities.Activities{Docker: e.d, Store: e.st, Host: host, TaskCache: filepath.Join(e.tmp, "cache"), EpisodeDir: filepath.Join(e.tmp, "episodes")}
+	return e, nil
+}
 
-	// 1. Lifecycle: create → exec → destroy, interleaved with the baseline so
-	// both see the same machine load.
-	var ours, bare []time.Duration
-	for i := 0; i < n+1; i++ {
-		t0 := time.Now()
-		cs, err := acts.CreateSandbox(ctx, activities.CreateSandboxInput{Task: ref, RolloutID: fmt.Sprintf("bench.%d", i), SandboxAttempt: 1})
-		if err != nil {
-			return err
-		}
-		if _, err := acts.AgentTurn(ctx, activities.TurnInput{Sandbox: cs.Sandbox, Task: ref, Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"true"}}, TimeoutSec: 30}); err != nil {
-			return err
-		}
-		if err := acts.DestroySandbox(ctx, activities.DestroyInput{Sandbox: cs.Sandbox}); err != nil {
-			return err
-		}
-		t1 := time.Now()
-		if o, err := exec.Command("docker", "run", "--rm", "--network", "none", img, "true").CombinedOutput(); err != nil {
-			return fmt.Errorf("docker run: %v %s", err, o)
-		}
-		t2 := time.Now()
-		if i > 0 { // the first round warms caches
-			ours, bare = append(ours, t1.Sub(t0)), append(bare, t2.Sub(t1))
-		}
+func run(out string, n, turns int) error {
+	ctx := context.Background()
+	e, err := setup(ctx)
+	if e != nil && e.tmp != "" {
+		defer os.RemoveAll(e.tmp)
 	}
-	lifeOurs, lifeBare := median(ours), median(bare)
-
-	// 2. Per-turn overhead of the workflow turn loop, on the real dev server.
-	bin := os.Getenv("T1FLOW_TEMPORAL_BIN")
-	if bin == "" {
-		bin = filepath.Join(state, "bin", "temporal")
+	if err != nil {
+		return err
 	}
-	args := []string{"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
-	for _, sa := range ids.SearchAttributeFlags {
-		args = append(args, "--search-attribute", sa)
+	lifeOurs, lifeBare, err := benchLifecycle(ctx, e, n)
+	if err != nil {
+		return err
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort())
-	dev, err := testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
-		ExistingPath: bin, ClientOptions: &client.Options{HostPort: addr}, LogLevel: "error", ExtraArgs: args,
-	})
+	dev, err := startDevServer(ctx, e.state)
 	if err != nil {
 		return err
 	}
 	defer dev.Stop()
 	c := dev.Client()
-	acts.Temporal = c
-	ws := roles.New(c, roles.All, acts)
+	e.acts.Temporal = c
+	ws := roles.New(c, roles.All, e.acts)
 	if err := roles.Start(ws); err != nil {
 		return err
 	}
 	defer roles.Stop(ws)
-
-	cmds := make([]string, turns)
-	for i := range cmds {
-		cmds[i] = "sleep 0.1"
-	}
-	var loopPerTurn []time.Duration
-	for rep := 0; rep < 3; rep++ {
-		in := workflows.RolloutInput{CampaignID: "bench", Stage: "bench", Step: rep, Task: ref, Attempt: 1, TurnCap: turns + 1,
-			Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: cmds}}
-		wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: ids.ControlQueue}, workflows.RolloutWorkflow, in)
-		if err != nil {
-			return err
-		}
-		var res workflows.RolloutResult
-		if err := wr.Get(ctx, &res); err != nil {
-			return err
-		}
-		if res.Turns != turns {
-			return fmt.Errorf("turn loop ran %d of %d turns: %s", res.Turns, turns, res.Error)
-		}
-		// From the first turn's scheduling to the last turn's completion.
-		first, last, err := turnSpan(ctx, c, wr)
-		if err != nil {
-			return err
-		}
-		loopPerTurn = append(loopPerTurn, last.Sub(first)/time.Duration(turns))
-	}
-	perTurnOurs := median(loopPerTurn)
-
-	harness, err := benchHarness(ctx, c, ref, tmp)
+	perTurnOurs, err := benchTurnLoop(ctx, c, e.ref, turns)
 	if err != nil {
 		return err
 	}
-	rst, err := benchRST(ctx, c, st)
+	harness, err := benchHarness(ctx, c, e.ref, e.tmp)
 	if err != nil {
 		return err
 	}
-	camp, err := benchCampaign(ctx, c, st, filepath.Join(tmp, "campaign"), ref)
+	rst, err := benchRST(ctx, c, e.st)
 	if err != nil {
 		return err
 	}
-
-	// Baseline: the same turns as a bare docker exec loop in one container.
-	cid, err := exec.Command("docker", "run", "-d", "--network", "none", img, "sleep", "600").Output()
+	camp, err := benchCampaign(ctx, c, e.st, filepath.Join(e.tmp, "campaign"), e.ref)
 	if err != nil {
 		return err
 	}
-	id := strings.TrimSpace(string(cid))
-	defer exec.Command("docker", "rm", "-f", id).Run()
-	t0 := time.Now()
-	for i := 0; i < turns; i++ {
-		if o, err := exec.Command("docker", "exec", id, "bash", "-c", "sleep 0.1").CombinedOutput(); err != nil {
-			return fmt.Errorf("docker exec: %v %s", err, o)
-		}
-	}
-	perTurnBare := time.Since(t0) / time.Duration(turns)
-
-	lifeRatio := float64(lifeOurs) / float64(lifeBare)
-	turnRatio := float64(perTurnOurs) / float64(perTurnBare)
-	verdict := func(r, target float64) string {
-		if r <= target {
-			return "met"
-		}
-		return "**missed**"
+	perTurnBare, err := benchBareTurns(e.img, turns)
+	if err != nil {
+		return err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# Benchmarks\n\n## Sandboxes and the turn loop\n\nWritten by `make bench` (bench/main.go) on %s, %d CPUs, %s. Each figure is a median;\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
-	fmt.Fprintf(&b, "each ratio compares t1flow with bare Docker doing the same operations in the same run.\n\n")
-	fmt.Fprintf(&b, "| what | t1flow | bare Docker | ratio | target |\n|---|---|---|---|---|\n")
-	fmt.Fprintf(&b, "| sandbox create → exec → destroy (activities, Docker SDK) vs `docker run --rm` (n=%d) | %s | %s | %.2f× | ≤ 1.3× (%s) |\n", n, ms(lifeOurs), ms(lifeBare), lifeRatio, verdict(lifeRatio, 1.3))
-	fmt.Fprintf(&b, "| one turn of a 100 ms command: RolloutWorkflow turn loop on the dev server vs a bare `docker exec` loop (%d turns × 3 rollouts) | %s | %s | %.2f× | ≤ 1.5× (%s) |\n", turns, ms(perTurnOurs), ms(perTurnBare), turnRatio, verdict(turnRatio, 1.5))
-	traj, err := benchTrajectory(tmp)
+	writeSandboxTable(&b, n, turns, lifeOurs, lifeBare, perTurnOurs, perTurnBare)
+	traj, err := benchTrajectory(e.tmp)
 	if err != nil {
 		return err
 	}
 	b.WriteString(traj)
-	fmt.Fprintf(&b, "\nPer-turn overhead of the loop over the command itself: %s (t1flow) vs %s (bare `docker exec`).\n", ms(perTurnOurs-100*time.Millisecond), ms(perTurnBare-100*time.Millisecond))
-	fmt.Fprintf(&b, "\nNotes: the dev server runs with eager activity execution; a turn costs one activity\n"+
-		"task dispatch and one workflow task, plus one exec through the Docker SDK (no CLI process).\n"+
-		"The lifecycle includes the idempotency check (inspect by name), the resource limits and\n"+
-		"labels, and the image-cache lookup.\n")
+	writeSandboxNotes(&b, perTurnOurs, perTurnBare)
 	b.WriteString(harness)
 	b.WriteString(rst)
 	b.WriteString(camp)
@@ -236,6 +166,126 @@ func run(out string, n, turns int) error {
 	}
 	fmt.Print(b.String())
 	return nil
+}
+
+// benchLifecycle times create → exec → destroy through the activities,
+// interleaved with the `docker run --rm` baseline so both see the same
+// machine load; it returns both medians.
+func benchLifecycle(ctx context.Context, e *env, n int) (time.Duration, time.Duration, error) {
+	var ours, bare []time.Duration
+	for i := 0; i < n+1; i++ {
+		t0 := time.Now()
+		cs, err := e.acts.CreateSandbox(ctx, activities.CreateSandboxInput{Task: e.ref, RolloutID: fmt.Sprintf("bench.%d", i), SandboxAttempt: 1})
+		if err != nil {
+			return 0, 0, err
+		}
+		if _, err := e.acts.AgentTurn(ctx, activities.TurnInput{Sandbox: cs.Sandbox, Task: e.ref, Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"true"}}, TimeoutSec: 30}); err != nil {
+			return 0, 0, err
+		}
+		if err := e.acts.DestroySandbox(ctx, activities.DestroyInput{Sandbox: cs.Sandbox}); err != nil {
+			return 0, 0, err
+		}
+		t1 := time.Now()
+		if o, err := exec.Command("docker", "run", "--rm", "--network", "none", e.img, "true").CombinedOutput(); err != nil {
+			return 0, 0, fmt.Errorf("docker run: %v %s", err, o)
+		}
+		t2 := time.Now()
+		if i > 0 { // the first round warms caches
+			ours, bare = append(ours, t1.Sub(t0)), append(bare, t2.Sub(t1))
+		}
+	}
+	return median(ours), median(bare), nil
+}
+
+// startDevServer starts the pinned Temporal dev server on a free port, with
+// eager activity execution and our search attributes.
+func startDevServer(ctx context.Context, state string) (*testsuite.DevServer, error) {
+	bin := os.Getenv("T1FLOW_TEMPORAL_BIN")
+	if bin == "" {
+		bin = filepath.Join(state, "bin", "temporal")
+	}
+	args := []string{"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
+	for _, sa := range ids.SearchAttributeFlags {
+		args = append(args, "--search-attribute", sa)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", testenv.FreePort())
+	return testsuite.StartDevServer(ctx, testsuite.DevServerOptions{
+		ExistingPath: bin, ClientOptions: &client.Options{HostPort: addr}, LogLevel: "error", ExtraArgs: args,
+	})
+}
+
+// benchTurnLoop is the median time per turn of the RolloutWorkflow turn
+// loop over three rollouts of `sleep 0.1` turns.
+func benchTurnLoop(ctx context.Context, c client.Client, ref task.Ref, turns int) (time.Duration, error) {
+	cmds := make([]string, turns)
+	for i := range cmds {
+		cmds[i] = "sleep 0.1"
+	}
+	var loopPerTurn []time.Duration
+	for rep := 0; rep < 3; rep++ {
+		in := workflows.RolloutInput{CampaignID: "bench", Stage: "bench", Step: rep, Task: ref, Attempt: 1, TurnCap: turns + 1,
+			Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: cmds}}
+		wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: ids.ControlQueue}, workflows.RolloutWorkflow, in)
+		if err != nil {
+			return 0, err
+		}
+		var res workflows.RolloutResult
+		if err := wr.Get(ctx, &res); err != nil {
+			return 0, err
+		}
+		if res.Turns != turns {
+			return 0, fmt.Errorf("turn loop ran %d of %d turns: %s", res.Turns, turns, res.Error)
+		}
+		// From the first turn's scheduling to the last turn's completion.
+		first, last, err := turnSpan(ctx, c, wr)
+		if err != nil {
+			return 0, err
+		}
+		loopPerTurn = append(loopPerTurn, last.Sub(first)/time.Duration(turns))
+	}
+	return median(loopPerTurn), nil
+}
+
+// benchBareTurns is the baseline: the same turns as a bare docker exec loop
+// in one container.
+func benchBareTurns(img string, turns int) (time.Duration, error) {
+	cid, err := exec.Command("docker", "run", "-d", "--network", "none", img, "sleep", "600").Output()
+	if err != nil {
+		return 0, err
+	}
+	id := strings.TrimSpace(string(cid))
+	defer exec.Command("docker", "rm", "-f", id).Run()
+	t0 := time.Now()
+	for i := 0; i < turns; i++ {
+		if o, err := exec.Command("docker", "exec", id, "bash", "-c", "sleep 0.1").CombinedOutput(); err != nil {
+			return 0, fmt.Errorf("docker exec: %v %s", err, o)
+		}
+	}
+	return time.Since(t0) / time.Duration(turns), nil
+}
+
+func writeSandboxTable(b *strings.Builder, n, turns int, lifeOurs, lifeBare, perTurnOurs, perTurnBare time.Duration) {
+	lifeRatio := float64(lifeOurs) / float64(lifeBare)
+	turnRatio := float64(perTurnOurs) / float64(perTurnBare)
+	verdict := func(r, target float64) string {
+		if r <= target {
+			return "met"
+		}
+		return "**missed**"
+	}
+	fmt.Fprintf(b, "# Benchmarks\n\n## Sandboxes and the turn loop\n\nWritten by `make bench` (bench/main.go) on %s, %d CPUs, %s. Each figure is a median;\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
+	fmt.Fprintf(b, "each ratio compares t1flow with bare Docker doing the same operations in the same run.\n\n")
+	fmt.Fprintf(b, "| what | t1flow | bare Docker | ratio | target |\n|---|---|---|---|---|\n")
+	fmt.Fprintf(b, "| sandbox create → exec → destroy (activities, Docker SDK) vs `docker run --rm` (n=%d) | %s | %s | %.2f× | ≤ 1.3× (%s) |\n", n, ms(lifeOurs), ms(lifeBare), lifeRatio, verdict(lifeRatio, 1.3))
+	fmt.Fprintf(b, "| one turn of a 100 ms command: RolloutWorkflow turn loop on the dev server vs a bare `docker exec` loop (%d turns × 3 rollouts) | %s | %s | %.2f× | ≤ 1.5× (%s) |\n", turns, ms(perTurnOurs), ms(perTurnBare), turnRatio, verdict(turnRatio, 1.5))
+}
+
+func writeSandboxNotes(b *strings.Builder, perTurnOurs, perTurnBare time.Duration) {
+	fmt.Fprintf(b, "\nPer-turn overhead of the loop over the command itself: %s (t1flow) vs %s (bare `docker exec`).\n", ms(perTurnOurs-100*time.Millisecond), ms(perTurnBare-100*time.Millisecond))
+	fmt.Fprintf(b, "\nNotes: the dev server runs with eager activity execution; a turn costs one activity\n"+
+		"task dispatch and one workflow task, plus one exec through the Docker SDK (no CLI process).\n"+
+		"The lifecycle includes the idempotency check (inspect by name), the resource limits and\n"+
+		"labels, and the image-cache lookup.\n")
 }
 
 // turnSpan is the time from the first AgentTurn's scheduling to the last one's completion.

@@ -7,8 +7,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
-	"sort"
 	"strings"
 	"text/tabwriter"
 
@@ -48,38 +46,47 @@ func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return badInput(fmt.Errorf("invalid campaign, nothing was started:\n  %s", campaign.Describe(err)))
 		}
 	}
-	c, err := config.Dial(ctx, slog.LevelError)
+	c, err := dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	name := func() (string, error) {
-		if len(pos) < 1 {
-			return "", badInput(errors.New(campaignUsage))
-		}
-		return workflows.CampaignWorkflowID(pos[0]), nil
-	}
 	switch sub {
 	case "start":
-		wid := workflows.CampaignWorkflowID(cfg.Name)
-		warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
-		run, err := startRun(ctx, c, wid, fmt.Sprintf("campaign %s: %d PPO steps × %d tasks", cfg.Name, cfg.PPO.Steps, cfg.PPO.TasksPerStep),
-			workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}, stdout)
-		if err != nil || !*wait {
-			return err
+		return campaignStart(ctx, c, cfg, *wait, stdout, stderr)
+	case "list":
+		return campaignList(ctx, c, stdout)
+	case "status", "pause", "resume", "set-concurrency", "cancel":
+		if len(pos) < 1 {
+			return badInput(errors.New(campaignUsage))
 		}
-		var res workflows.CampaignResult
-		if err := run.Get(ctx, &res); err != nil {
-			return fmt.Errorf("campaign %s: %w", cfg.Name, err)
-		}
-		printEvals(stdout, res.State)
-		fmt.Fprintf(stdout, "report: %s\n", res.Report.URI)
-		return nil
+		return campaignSteer(ctx, c, sub, pos, stdout)
+	}
+	return badInput(fmt.Errorf("campaign %s: unknown subcommand\n%s", sub, campaignUsage))
+}
+
+func campaignStart(ctx context.Context, c client.Client, cfg campaign.Config, wait bool, stdout, stderr io.Writer) error {
+	wid := ids.CampaignWorkflowID(cfg.Name)
+	warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
+	run, err := startRun(ctx, c, launch{wid, fmt.Sprintf("campaign %s: %d PPO steps × %d tasks", cfg.Name, cfg.PPO.Steps, cfg.PPO.TasksPerStep),
+		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}}, stdout)
+	if err != nil || !wait {
+		return err
+	}
+	var res workflows.CampaignResult
+	if err := run.Get(ctx, &res); err != nil {
+		return fmt.Errorf("campaign %s: %w", cfg.Name, err)
+	}
+	printEvals(stdout, res.State)
+	fmt.Fprintf(stdout, "report: %s\n", res.Report.URI)
+	return nil
+}
+
+// campaignSteer is the subcommands that name a campaign: pos[0].
+func campaignSteer(ctx context.Context, c client.Client, sub string, pos []string, stdout io.Writer) error {
+	wid := ids.CampaignWorkflowID(pos[0])
+	switch sub {
 	case "status":
-		wid, err := name()
-		if err != nil {
-			return err
-		}
 		v, err := c.QueryWorkflow(ctx, wid, "", workflows.QueryStatus)
 		if err != nil {
 			return fmt.Errorf("campaign %s: %w", pos[0], err)
@@ -90,51 +97,39 @@ func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		}
 		printStatus(stdout, s, wid)
 		return nil
-	case "pause", "resume":
-		wid, err := name()
-		if err != nil {
-			return err
-		}
-		return updateCampaign(ctx, c, wid, sub, stdout)
 	case "set-concurrency":
-		wid, err := name()
-		if err != nil {
-			return err
-		}
 		var n int
 		if len(pos) != 2 || func() error { _, e := fmt.Sscan(pos[1], &n); return e }() != nil {
 			return badInput(errors.New(campaignUsage))
 		}
 		return updateCampaign(ctx, c, wid, workflows.UpdateSetConcurrency, stdout, n)
 	case "cancel":
-		wid, err := name()
-		if err != nil {
-			return err
-		}
 		if err := c.CancelWorkflow(ctx, wid, ""); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "cancel requested for %s: running rollouts release their sandboxes first\n", wid)
 		return nil
-	case "list":
-		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowType = "CampaignWorkflow"`, PageSize: 100})
-		if err != nil {
-			return err
-		}
-		tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "CAMPAIGN\tSTATUS\tSTARTED\tUI")
-		seen := map[string]bool{}
-		for _, e := range resp.Executions {
-			if seen[e.Execution.WorkflowId] {
-				continue // earlier runs of a continued-as-new campaign
-			}
-			seen[e.Execution.WorkflowId] = true
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(e.Execution.WorkflowId, "campaign/"), strings.ToLower(e.Status.String()),
-				e.StartTime.AsTime().Format("2006-01-02 15:04"), config.UIURL(e.Execution.WorkflowId))
-		}
-		return tw.Flush()
 	}
-	return badInput(fmt.Errorf("campaign %s: unknown subcommand\n%s", sub, campaignUsage))
+	return updateCampaign(ctx, c, wid, sub, stdout) // pause, resume
+}
+
+func campaignList(ctx context.Context, c client.Client, stdout io.Writer) error {
+	resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: `WorkflowType = "CampaignWorkflow"`, PageSize: 100})
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "CAMPAIGN\tSTATUS\tSTARTED\tUI")
+	seen := map[string]bool{}
+	for _, e := range resp.Executions {
+		if seen[e.Execution.WorkflowId] {
+			continue // earlier runs of a continued-as-new campaign
+		}
+		seen[e.Execution.WorkflowId] = true
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", strings.TrimPrefix(e.Execution.WorkflowId, "campaign/"), strings.ToLower(e.Status.String()),
+			e.StartTime.AsTime().Format("2006-01-02 15:04"), config.UIURL(e.Execution.WorkflowId))
+	}
+	return tw.Flush()
 }
 
 func updateCampaign(ctx context.Context, c client.Client, wid, update string, stdout io.Writer, args ...any) error {
@@ -185,12 +180,3 @@ func fmtEV(p *float64) string {
 
 // printEvals is the comparison table across the campaign's checkpoints.
 func printEvals(w io.Writer, st workflows.CampaignState) { printComparison(w, st.Evals) }
-
-func sortedStrings[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
-}

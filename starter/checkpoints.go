@@ -18,7 +18,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/gpu"
-	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/workflows"
@@ -87,7 +86,7 @@ func resolveCheckpoint(ctx context.Context, c client.Client, st store.Store, ref
 // campaign (or its stored report) for its epoch and latest checkpoint.
 func campaignCheckpointName(ctx context.Context, c client.Client, st store.Store, camp, label string) (string, error) {
 	var epoch, latest string
-	v, err := c.QueryWorkflow(ctx, workflows.CampaignWorkflowID(camp), "", workflows.QueryStatus)
+	v, err := c.QueryWorkflow(ctx, ids.CampaignWorkflowID(camp), "", workflows.QueryStatus)
 	var s workflows.CampaignStatus
 	if err == nil && v.Get(&s) == nil && s.Epoch != "" {
 		epoch, latest = s.Epoch, s.Checkpoint
@@ -217,7 +216,7 @@ func warnNoWorker(ctx context.Context, c client.Client, queue, role string, w io
 // startCheckpointEval starts (or finds) the sweep over checkpoints and, when
 // asked, waits and prints the comparison.
 func startCheckpointEval(ctx context.Context, c client.Client, in workflows.CheckpointEvalInput, wait, asJSON bool, stdout, stderr io.Writer) error {
-	wid := workflows.CheckpointEvalWorkflowID(in.SweepID)
+	wid := ids.CheckpointEvalWorkflowID(in.SweepID)
 	labels := make([]string, len(in.Checkpoints))
 	for i, ck := range in.Checkpoints {
 		labels[i] = ck.Label
@@ -229,17 +228,9 @@ func startCheckpointEval(ctx context.Context, c client.Client, in workflows.Chec
 	if err != nil {
 		return fmt.Errorf("start checkpoint eval: %w", err)
 	}
-	info := stdout
-	if asJSON {
-		info = stderr
-	}
 	warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
-	if existing {
-		fmt.Fprintf(info, "found existing checkpoint eval %s (use --new for another)\n", wid)
-	} else {
-		fmt.Fprintf(info, "checkpoint eval %s: %d tasks × %d attempts at %d checkpoints\n", wid, len(in.Eval.Tasks), in.Eval.Attempts, len(in.Checkpoints))
-	}
-	fmt.Fprintf(info, "  %s\n", config.UIURL(wid))
+	announce(infoOut(asJSON, stdout, stderr), wid, existing, fmt.Sprintf("found existing checkpoint eval %s (use --new for another)", wid),
+		fmt.Sprintf("checkpoint eval %s: %d tasks × %d attempts at %d checkpoints", wid, len(in.Eval.Tasks), in.Eval.Attempts, len(in.Checkpoints)))
 	if !wait && !asJSON {
 		return nil
 	}

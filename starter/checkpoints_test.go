@@ -13,9 +13,10 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
-	"github.com/t1flow/t1flow/internal/roles"
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -141,7 +142,7 @@ at_end = false
 	}
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
-		v, err := c.QueryWorkflow(ctx, workflows.CampaignWorkflowID("busy-"+camp), "", workflows.QueryStatus)
+		v, err := c.QueryWorkflow(ctx, ids.CampaignWorkflowID("busy-"+camp), "", workflows.QueryStatus)
 		var s workflows.CampaignStatus
 		if err == nil && v.Get(&s) == nil && len(s.Inference) > 0 && s.Checkpoint != "" {
 			break

@@ -14,9 +14,9 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
-	"github.com/t1flow/t1flow/internal/roles"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/worker/roles"
 )
 
 func TestMain(m *testing.M) {

@@ -25,20 +25,21 @@ func reportCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	out := fs.String("html", "", "write the HTML report here")
 	asJSON := fs.Bool("json", false, "print the numbers as JSON")
 	storeDir := fs.String("store", config.StoreDir(), "artifact store")
-	pos, err := parse(fs, args)
+	const usage = "usage: starter report CAMPAIGN (--html FILE | --json)"
+	name, err := parseOne(fs, args, usage)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 || (*out == "" && !*asJSON) {
-		return badInput(errors.New("usage: starter report CAMPAIGN (--html FILE | --json)"))
+	if *out == "" && !*asJSON {
+		return badInput(errors.New(usage))
 	}
 	st, err := openStore(*storeDir)
 	if err != nil {
 		return err
 	}
-	ref, err := st.Lookup(ctx, "campaigns/"+ids.Clean(pos[0])+"/report.json")
+	ref, err := st.Lookup(ctx, "campaigns/"+ids.Clean(name)+"/report.json")
 	if errors.Is(err, store.ErrNotFound) {
-		return badInput(fmt.Errorf("campaign %q has no report yet (it is written when the campaign finishes)", pos[0]))
+		return badInput(fmt.Errorf("campaign %q has no report yet (it is written when the campaign finishes)", name))
 	}
 	if err != nil {
 		return err

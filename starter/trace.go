@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -22,18 +20,14 @@ func trace(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("trace", flag.ContinueOnError)
 	storeDir := fs.String("store", config.StoreDir(), "artifact store")
 	limit := fs.Int("limit", 10, "at most this many rollouts of a task, newest first")
-	pos, err := parse(fs, args)
+	id, err := parseOne(fs, args, "usage: starter trace ROLLOUT_ID|TASK_ID")
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return badInput(errors.New("usage: starter trace ROLLOUT_ID|TASK_ID"))
-	}
-	id := pos[0]
 	if strings.ContainsAny(id, `"'\`) {
 		return badInput(fmt.Errorf("trace: %q is not a rollout or task ID", id))
 	}
-	c, err := config.Dial(ctx, slog.LevelError)
+	c, err := dial(ctx)
 	if err != nil {
 		return err
 	}

@@ -58,40 +58,59 @@ type TaskInfo struct {
 
 // Judge scores the eight dimensions and decides.
 func Judge(t TaskInfo, s Static, r Runs, sim Similarity, cfg Config) Verdict {
-	v := Verdict{Name: t.Name, TaskID: t.ID, Category: t.Category, HardRejects: []string{}, Dimensions: map[string]float64{}, Steps: len(s.Steps)}
-	dim := map[string]*Dimension{}
-	for _, d := range Dimensions {
-		dim[d.Name] = &Dimension{Name: d.Name, Group: d.Group, Weight: d.Weight}
+	j := newJudgement(t, s)
+	j.executable(r)
+	j.verifierStrength(r)
+	j.static(s)
+	j.value(t, s, sim)
+	if !allScored(r) {
+		j.v.Flags = append(j.v.Flags, "infra")
 	}
-	add := func(name string, score float64, format string, args ...any) {
-		d := dim[name]
-		d.Score = math.Max(0, math.Min(1, score))
-		d.Evidence = append(d.Evidence, fmt.Sprintf(format, args...))
-	}
-	note := func(name, format string, args ...any) {
-		dim[name].Evidence = append(dim[name].Evidence, fmt.Sprintf(format, args...))
-	}
-	reject := func(reason string) {
-		for _, x := range v.HardRejects {
-			if x == reason {
-				return
-			}
-		}
-		v.HardRejects = append(v.HardRejects, reason)
-	}
+	return j.decide(cfg)
+}
 
-	// Executable checks first.
-	infra := false
-	for _, o := range append(append([]Run{}, r.Oracle...), r.Nop) {
-		if !o.Scored {
-			infra = true
-		}
+// judgement is a verdict being built: each dimension's score and evidence.
+type judgement struct {
+	v   Verdict
+	dim map[string]*Dimension
+}
+
+func newJudgement(t TaskInfo, s Static) *judgement {
+	j := &judgement{
+		v:   Verdict{Name: t.Name, TaskID: t.ID, Category: t.Category, HardRejects: []string{}, Dimensions: map[string]float64{}, Steps: len(s.Steps)},
+		dim: map[string]*Dimension{},
 	}
+	for _, d := range Dimensions {
+		j.dim[d.Name] = &Dimension{Name: d.Name, Group: d.Group, Weight: d.Weight}
+	}
+	return j
+}
+
+// add scores a dimension (clamped to [0, 1]) with a line of evidence.
+func (j *judgement) add(name string, score float64, format string, args ...any) {
+	d := j.dim[name]
+	d.Score = math.Max(0, math.Min(1, score))
+	d.Evidence = append(d.Evidence, fmt.Sprintf(format, args...))
+}
+
+func (j *judgement) note(name, format string, args ...any) {
+	j.dim[name].Evidence = append(j.dim[name].Evidence, fmt.Sprintf(format, args...))
+}
+
+func (j *judgement) reject(reason string) {
+	if !contains(j.v.HardRejects, reason) {
+		j.v.HardRejects = append(j.v.HardRejects, reason)
+	}
+}
+
+// executable scores the reference solution's runs: correctness from the
+// first, determinism from the first two.
+func (j *judgement) executable(r Runs) {
 	if len(r.Oracle) > 0 && r.Oracle[0].Scored {
 		o := r.Oracle[0]
-		add("solution_correctness", frac(o.Passed, o.Total), "reference solution: %d/%d assertions in a fresh sandbox (%s)", o.Passed, o.Total, o.Outcome)
+		j.add("solution_correctness", frac(o.Passed, o.Total), "reference solution: %d/%d assertions in a fresh sandbox (%s)", o.Passed, o.Total, o.Outcome)
 	} else {
-		add("solution_correctness", 0, "reference solution was not scored (%s)", firstOutcome(r.Oracle))
+		j.add("solution_correctness", 0, "reference solution was not scored (%s)", firstOutcome(r.Oracle))
 	}
 	if len(r.Oracle) >= 2 && r.Oracle[0].Scored && r.Oracle[1].Scored {
 		a, b := r.Oracle[0], r.Oracle[1]
@@ -102,89 +121,101 @@ func Judge(t TaskInfo, s Static, r Runs, sim Similarity, cfg Config) Verdict {
 		} else if same {
 			score = 0.5
 		}
-		add("verifier_determinism", score, "reference runs in two fresh sandboxes: %d/%d and %d/%d", a.Passed, a.Total, b.Passed, b.Total)
+		j.add("verifier_determinism", score, "reference runs in two fresh sandboxes: %d/%d and %d/%d", a.Passed, a.Total, b.Passed, b.Total)
 	} else {
-		add("verifier_determinism", 0, "the reference did not get two scored runs")
+		j.add("verifier_determinism", 0, "the reference did not get two scored runs")
 	}
+}
+
+// verifierStrength: half from the null agent failing, half from the
+// mutants failing; a null agent or mutant that passes is a weak verifier.
+func (j *judgement) verifierStrength(r Runs) {
 	strength := 1.0
 	if r.Nop.Scored {
 		if r.Nop.Resolved {
 			strength = 0
-			reject(WeakVerifier)
-			note("verifier_strength", "the null agent passes every assertion (%d/%d)", r.Nop.Passed, r.Nop.Total)
+			j.reject(WeakVerifier)
+			j.note("verifier_strength", "the null agent passes every assertion (%d/%d)", r.Nop.Passed, r.Nop.Total)
 		} else {
 			strength = 0.5 * (1 - frac(r.Nop.Passed, r.Nop.Total))
-			note("verifier_strength", "the null agent passes %d/%d assertions", r.Nop.Passed, r.Nop.Total)
+			j.note("verifier_strength", "the null agent passes %d/%d assertions", r.Nop.Passed, r.Nop.Total)
 		}
 	}
 	killed := 0
 	for _, m := range r.Mutants {
 		switch {
 		case !m.Run.Scored:
-			note("verifier_strength", "mutant %q was not scored (%s)", m.Description, m.Run.Outcome)
+			j.note("verifier_strength", "mutant %q was not scored (%s)", m.Description, m.Run.Outcome)
 		case m.Run.Resolved:
-			reject(WeakVerifier)
-			note("verifier_strength", "mutant %q still passes every assertion", m.Description)
+			j.reject(WeakVerifier)
+			j.note("verifier_strength", "mutant %q still passes every assertion", m.Description)
 		default:
 			killed++
-			note("verifier_strength", "mutant %q fails (%d/%d)", m.Description, m.Run.Passed, m.Run.Total)
+			j.note("verifier_strength", "mutant %q fails (%d/%d)", m.Description, m.Run.Passed, m.Run.Total)
 		}
 	}
-	if contains(v.HardRejects, WeakVerifier) {
+	if contains(j.v.HardRejects, WeakVerifier) {
 		strength = 0
 	} else if len(r.Mutants) > 0 {
 		strength += 0.5 * frac(killed, len(r.Mutants))
 	} else {
 		strength += 0.5
-		note("verifier_strength", "the solution has no step to remove")
+		j.note("verifier_strength", "the solution has no step to remove")
 	}
-	dim["verifier_strength"].Score = strength
+	j.dim["verifier_strength"].Score = strength
+}
 
-	// Static checks.
-	if len(s.Leaks) > 0 {
-		reject(TestLeakage)
-		add("test_isolation", 0, "%d leak(s)", len(s.Leaks))
-		for _, l := range s.Leaks {
-			note("test_isolation", "%s", l)
-		}
-	} else {
-		add("test_isolation", 1, "no test code or expected value is visible in the environment or instruction")
-	}
-	if len(s.Shortcuts) > 0 {
-		reject(ShortcutSolution)
-		add("solution_integrity", 0, "%d shortcut(s)", len(s.Shortcuts))
-		for _, l := range s.Shortcuts {
-			note("solution_integrity", "%s", l)
-		}
-	} else {
-		add("solution_integrity", 1, "the solution computes its outputs and never reads the tests")
-	}
+// static scores what reading the task proved.
+func (j *judgement) static(s Static) {
+	j.clean("test_isolation", TestLeakage, s.Leaks, "leak(s)", "no test code or expected value is visible in the environment or instruction")
+	j.clean("solution_integrity", ShortcutSolution, s.Shortcuts, "shortcut(s)", "the solution computes its outputs and never reads the tests")
 	if len(s.HiddenPaths) > 0 {
-		reject(HiddenRequirements)
-		add("instruction_completeness", 1-frac(len(s.HiddenPaths), len(s.CheckedPaths)), "the tests check paths the instruction never names: %v", s.HiddenPaths)
+		j.reject(HiddenRequirements)
+		j.add("instruction_completeness", 1-frac(len(s.HiddenPaths), len(s.CheckedPaths)), "the tests check paths the instruction never names: %v", s.HiddenPaths)
 	} else {
-		add("instruction_completeness", 1, "the instruction names all %d paths the tests check", len(s.CheckedPaths))
+		j.add("instruction_completeness", 1, "the instruction names all %d paths the tests check", len(s.CheckedPaths))
 	}
-	add("instruction_clarity", s.Clarity, "%v", s.ClarityNotes)
+	j.add("instruction_clarity", s.Clarity, "%v", s.ClarityNotes)
+}
 
+// clean scores a dimension that any finding fails outright: 1 with the
+// reassurance when nothing was found, else 0, a hard reject, and every
+// finding as evidence.
+func (j *judgement) clean(name, reason string, found []string, noun, none string) {
+	if len(found) == 0 {
+		j.add(name, 1, "%s", none)
+		return
+	}
+	j.reject(reason)
+	j.add(name, 0, "%d %s", len(found), noun)
+	for _, f := range found {
+		j.note(name, "%s", f)
+	}
+}
+
+// value: longer and harder tasks are worth more; a near duplicate or a task
+// that overlaps an eval set is worth nothing.
+func (j *judgement) value(t TaskInfo, s Static, sim Similarity) {
 	value := 0.4*math.Min(float64(len(s.Steps))/6, 1) + 0.4*difficultyValue(t.Difficulty) + 0.2
-	add("task_value", value, "%d solution steps, difficulty %q", len(s.Steps), t.Difficulty)
+	j.add("task_value", value, "%d solution steps, difficulty %q", len(s.Steps), t.Difficulty)
 	if sim.DuplicateOf != "" {
-		v.Flags = append(v.Flags, "near_duplicate")
-		dim["task_value"].Score = 0
-		note("task_value", "near duplicate of %s (similarity %.2f)", sim.DuplicateOf, sim.Duplicate)
+		j.v.Flags = append(j.v.Flags, "near_duplicate")
+		j.dim["task_value"].Score = 0
+		j.note("task_value", "near duplicate of %s (similarity %.2f)", sim.DuplicateOf, sim.Duplicate)
 	}
 	if sim.ContaminatedBy != "" {
-		v.Flags = append(v.Flags, "contaminated")
-		dim["task_value"].Score = 0
-		note("task_value", "overlaps eval task %s (%.0f%% of its n-grams)", sim.ContaminatedBy, 100*sim.Contamination)
+		j.v.Flags = append(j.v.Flags, "contaminated")
+		j.dim["task_value"].Score = 0
+		j.note("task_value", "overlaps eval task %s (%.0f%% of its n-grams)", sim.ContaminatedBy, 100*sim.Contamination)
 	}
-	if infra {
-		v.Flags = append(v.Flags, "infra")
-	}
+}
 
+// decide weighs the dimensions; a kept task has no hard reject, no flag and
+// at least the keep score.
+func (j *judgement) decide(cfg Config) Verdict {
+	v := j.v
 	for _, d := range Dimensions {
-		x := dim[d.Name]
+		x := j.dim[d.Name]
 		v.Score += d.Weight * x.Score
 		v.Dimensions[d.Name] = round3(x.Score)
 		v.Details = append(v.Details, *x)
@@ -193,6 +224,17 @@ func Judge(t TaskInfo, s Static, r Runs, sim Similarity, cfg Config) Verdict {
 	sort.Strings(v.HardRejects)
 	v.Kept = len(v.HardRejects) == 0 && len(v.Flags) == 0 && v.Score >= cfg.KeepScore
 	return v
+}
+
+// allScored: a reference or null-agent run that was not scored is an infra
+// problem, not evidence about the task.
+func allScored(r Runs) bool {
+	for _, o := range append(append([]Run{}, r.Oracle...), r.Nop) {
+		if !o.Scored {
+			return false
+		}
+	}
+	return true
 }
 
 func frac(a, b int) float64 {

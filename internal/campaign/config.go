@@ -110,85 +110,80 @@ func Parse(file, text string) (Config, error) {
 		}
 		return c, &FieldError{File: file, Field: "(file)", Msg: err.Error()}
 	}
-	var errs []error
-	bad := func(field, format string, args ...any) {
-		errs = append(errs, &FieldError{File: file, Field: field, Msg: fmt.Sprintf(format, args...)})
-	}
+	ch := &checker{file: file}
 	for _, k := range md.Undecoded() {
-		bad(k.String(), "is not a campaign setting")
-	}
-	if !nameRe.MatchString(c.Name) {
-		bad("name", "= %q must be 1-64 letters, digits, '.', '_' or '-'", c.Name)
-	}
-	if c.S < 1 {
-		bad("s", "= %d must be at least 1", c.S)
-	}
-	if c.Pools.Train == "" {
-		bad("pools.train", "is required (a pool of training tasks)")
+		ch.bad(k.String(), "is not a campaign setting")
 	}
 	if c.Pools.Warmup == "" {
 		c.Pools.Warmup = c.Pools.Train
 	}
-	if c.Policy.MaxNewTokens < 1 {
-		bad("policy.max_new_tokens", "= %d must be at least 1", c.Policy.MaxNewTokens)
+	ch.check(&c)
+	if len(ch.errs) > 0 {
+		return c, errors.Join(ch.errs...)
 	}
+	return c, nil
+}
+
+// checker gathers every problem in a config, each naming its field, so a
+// user fixes them in one pass.
+type checker struct {
+	file string
+	errs []error
+}
+
+func (ch *checker) bad(field, format string, args ...any) {
+	ch.errs = append(ch.errs, &FieldError{File: ch.file, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+// positive is the check most counts need: at least 1.
+func (ch *checker) positive(field string, v int) {
+	if v < 1 {
+		ch.bad(field, "= %d must be at least 1", v)
+	}
+}
+
+func (ch *checker) nonNegative(field string, v int) {
+	if v < 0 {
+		ch.bad(field, "= %d must be >= 0", v)
+	}
+}
+
+func (ch *checker) check(c *Config) {
+	if !nameRe.MatchString(c.Name) {
+		ch.bad("name", "= %q must be 1-64 letters, digits, '.', '_' or '-'", c.Name)
+	}
+	ch.positive("s", c.S)
+	if c.Pools.Train == "" {
+		ch.bad("pools.train", "is required (a pool of training tasks)")
+	}
+	ch.positive("policy.max_new_tokens", c.Policy.MaxNewTokens)
 	if c.Policy.Temperature < 0 {
-		bad("policy.temperature", "= %v must be >= 0", c.Policy.Temperature)
+		ch.bad("policy.temperature", "= %v must be >= 0", c.Policy.Temperature)
 	}
 	switch c.Policy.Preset {
 	case "t1", "small":
 	default:
-		bad("policy.preset", "= %q must be t1 or small", c.Policy.Preset)
+		ch.bad("policy.preset", "= %q must be t1 or small", c.Policy.Preset)
 	}
-	if c.SFT.Epochs < 1 {
-		bad("sft.epochs", "= %d must be at least 1", c.SFT.Epochs)
-	}
-	if c.CriticWarmup.Epochs < 0 {
-		bad("critic_warmup.epochs", "= %d must be >= 0", c.CriticWarmup.Epochs)
-	}
-	if c.CriticWarmup.FitEpochs < 1 {
-		bad("critic_warmup.fit_epochs", "= %d must be at least 1", c.CriticWarmup.FitEpochs)
-	}
+	ch.positive("sft.epochs", c.SFT.Epochs)
+	ch.nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs)
+	ch.positive("critic_warmup.fit_epochs", c.CriticWarmup.FitEpochs)
 	if c.CriticWarmup.EVGate > 1 {
-		bad("critic_warmup.ev_gate", "= %v must be at most 1", c.CriticWarmup.EVGate)
+		ch.bad("critic_warmup.ev_gate", "= %v must be at most 1", c.CriticWarmup.EVGate)
 	}
-	if c.CriticWarmup.MaxRounds < 1 {
-		bad("critic_warmup.max_rounds", "= %d must be at least 1", c.CriticWarmup.MaxRounds)
-	}
-	if c.PPO.Steps < 1 {
-		bad("ppo.steps", "= %d must be at least 1", c.PPO.Steps)
-	}
-	if c.PPO.TasksPerStep < 1 {
-		bad("ppo.tasks_per_step", "= %d must be at least 1", c.PPO.TasksPerStep)
-	}
-	if c.PPO.Concurrency < 1 {
-		bad("ppo.concurrency", "= %d must be at least 1", c.PPO.Concurrency)
-	}
-	if c.PPO.TurnCap < 1 {
-		bad("ppo.turn_cap", "= %d must be at least 1", c.PPO.TurnCap)
-	}
+	ch.positive("critic_warmup.max_rounds", c.CriticWarmup.MaxRounds)
+	ch.positive("ppo.steps", c.PPO.Steps)
+	ch.positive("ppo.tasks_per_step", c.PPO.TasksPerStep)
+	ch.positive("ppo.concurrency", c.PPO.Concurrency)
+	ch.positive("ppo.turn_cap", c.PPO.TurnCap)
 	if c.PPO.MaxFailedShare < 0 || c.PPO.MaxFailedShare > 1 {
-		bad("ppo.max_failed_share", "= %v must be between 0 and 1", c.PPO.MaxFailedShare)
+		ch.bad("ppo.max_failed_share", "= %v must be between 0 and 1", c.PPO.MaxFailedShare)
 	}
-	if c.PPO.ContinueAsNewEvery < 1 {
-		bad("ppo.continue_as_new_every", "= %d must be at least 1", c.PPO.ContinueAsNewEvery)
-	}
-	if c.Eval.Every < 0 {
-		bad("eval.every", "= %d must be >= 0", c.Eval.Every)
-	}
-	if c.Eval.Attempts < 1 {
-		bad("eval.attempts", "= %d must be at least 1", c.Eval.Attempts)
-	}
-	if c.Eval.TurnCap < 1 {
-		bad("eval.turn_cap", "= %d must be at least 1", c.Eval.TurnCap)
-	}
-	if c.Eval.Concurrency < 1 {
-		bad("eval.concurrency", "= %d must be at least 1", c.Eval.Concurrency)
-	}
-	if len(errs) > 0 {
-		return c, errors.Join(errs...)
-	}
-	return c, nil
+	ch.positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery)
+	ch.nonNegative("eval.every", c.Eval.Every)
+	ch.positive("eval.attempts", c.Eval.Attempts)
+	ch.positive("eval.turn_cap", c.Eval.TurnCap)
+	ch.positive("eval.concurrency", c.Eval.Concurrency)
 }
 
 // Describe lists the fields at fault, one per line, indented under a heading.

@@ -24,8 +24,8 @@ type Step struct {
 	Instruction string // the requirement appended to instruction.md
 }
 
-// Generator makes one step; dir is the step's private directory suffix
-// (unique per round), so steps compose with any task.
+// Generator makes one step; Make's tag is the step's private suffix for
+// paths and names (unique per round), so steps compose with any task.
 type Generator struct {
 	Name     string
 	Category string

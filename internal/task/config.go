@@ -1,0 +1,243 @@
+package task
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+)
+
+// Limits on what a task.toml may ask for. Values outside are errors, not clamps:
+// a task that asks for a 30-day timeout is broken and should be fixed at the source.
+const (
+	MaxTimeoutSec = 6 * 3600
+	MaxCPUs       = 64
+	MaxMemoryMB   = 256 * 1024
+	MaxPids       = 65536
+)
+
+// Defaults applied when task.toml leaves a field out.
+const (
+	DefaultAgentTimeoutSec    = 600
+	DefaultVerifierTimeoutSec = 120
+	DefaultBuildTimeoutSec    = 600
+	DefaultCPUs               = 1
+	DefaultMemoryMB           = 2048
+	DefaultPids               = 512
+)
+
+// Config is the part of task.toml that t1flow uses.
+type Config struct {
+	Version    string
+	Name       string
+	Category   string
+	Difficulty string
+	Tags       []string
+
+	AgentTimeoutSec    float64
+	VerifierTimeoutSec float64
+	BuildTimeoutSec    float64
+	CPUs               float64
+	MemoryMB           int64
+	Pids               int64
+	AllowInternet      bool
+	// VerifierEnv is passed to tests/test.sh.
+	VerifierEnv map[string]string
+}
+
+// ParseConfig reads task.toml. Unknown keys become warnings: real tasks carry
+// extra metadata, and rejecting them would make t1flow refuse good tasks.
+func ParseConfig(file string, b []byte) (Config, []string, Errors) {
+	cfg := Config{
+		AgentTimeoutSec:    DefaultAgentTimeoutSec,
+		VerifierTimeoutSec: DefaultVerifierTimeoutSec,
+		BuildTimeoutSec:    DefaultBuildTimeoutSec,
+		CPUs:               DefaultCPUs,
+		MemoryMB:           DefaultMemoryMB,
+		Pids:               DefaultPids,
+	}
+	var raw map[string]any
+	if _, err := toml.Decode(string(b), &raw); err != nil {
+		var pe toml.ParseError
+		if errors.As(err, &pe) {
+			return cfg, nil, Errors{{File: file, Msg: fmt.Sprintf("invalid TOML at line %d: %s", pe.Position.Line, pe.Message)}}
+		}
+		return cfg, nil, Errors{{File: file, Msg: "invalid TOML: " + err.Error()}}
+	}
+	p := &parser{file: file, raw: raw}
+	cfg.Version = p.str("version", "")
+	if cfg.Version == "" {
+		cfg.Version = p.str("schema_version", "")
+	}
+	cfg.Name = p.str("task.name", "")
+	cfg.Category = p.str("metadata.category", "")
+	cfg.Difficulty = p.str("metadata.difficulty", "")
+	cfg.Tags = p.strs("metadata.tags")
+	cfg.AgentTimeoutSec = p.num("agent.timeout_sec", cfg.AgentTimeoutSec, 1, MaxTimeoutSec)
+	cfg.VerifierTimeoutSec = p.num("verifier.timeout_sec", cfg.VerifierTimeoutSec, 1, MaxTimeoutSec)
+	cfg.BuildTimeoutSec = p.num("environment.build_timeout_sec", cfg.BuildTimeoutSec, 1, MaxTimeoutSec)
+	cfg.CPUs = p.num("environment.cpus", cfg.CPUs, 0.1, MaxCPUs)
+	cfg.MemoryMB = int64(p.num("environment.memory_mb", float64(cfg.MemoryMB), 64, MaxMemoryMB))
+	cfg.Pids = int64(p.num("environment.pids_limit", float64(cfg.Pids), 16, MaxPids))
+	cfg.AllowInternet = p.boolean("environment.allow_internet", false)
+	cfg.VerifierEnv = p.strMap("verifier.env")
+	p.warnUnknown()
+	return cfg, p.warnings, p.errs
+}
+
+// known lists the keys t1flow reads, plus Harbor keys it accepts without using.
+var known = map[string]bool{
+	"version": true, "schema_version": true, "source": true,
+	"task": true, "task.name": true, "task.description": true, "task.authors": true, "task.keywords": true,
+	"metadata": true,
+	"agent":    true, "agent.timeout_sec": true,
+	"verifier": true, "verifier.timeout_sec": true, "verifier.env": true, "verifier.user": true,
+	"environment": true, "environment.build_timeout_sec": true, "environment.cpus": true,
+	"environment.memory_mb": true, "environment.storage_mb": true, "environment.allow_internet": true,
+	"environment.pids_limit": true, "environment.gpus": true, "environment.docker_image": true,
+	"solution": true, "solution.env": true,
+}
+
+type parser struct {
+	file     string
+	raw      map[string]any
+	used     map[string]bool
+	errs     Errors
+	warnings []string
+}
+
+func (p *parser) lookup(key string) (any, bool) {
+	var cur any = p.raw
+	for _, part := range strings.Split(key, ".") {
+		m, ok := cur.(map[string]any)
+		if !ok {
+			return nil, false
+		}
+		cur, ok = m[part]
+		if !ok {
+			return nil, false
+		}
+	}
+	return cur, true
+}
+
+func (p *parser) fail(key, msg string) {
+	p.errs = append(p.errs, &FieldError{File: p.file, Field: key, Msg: msg})
+}
+
+// typed is the value at key if it is there and a T; a value of another type
+// is an error naming what it must be.
+func typed[T any](p *parser, key, mustBe string) (T, bool) {
+	var zero T
+	v, ok := p.lookup(key)
+	if !ok {
+		return zero, false
+	}
+	x, ok := v.(T)
+	if !ok {
+		p.fail(key, fmt.Sprintf("= %v must be %s", v, mustBe))
+		return zero, false
+	}
+	return x, true
+}
+
+func (p *parser) str(key, def string) string {
+	if s, ok := typed[string](p, key, "a string"); ok {
+		return s
+	}
+	return def
+}
+
+func (p *parser) strs(key string) []string {
+	list, ok := typed[[]any](p, key, "a list of strings")
+	if !ok {
+		return nil
+	}
+	out := make([]string, 0, len(list))
+	for _, x := range list {
+		s, ok := x.(string)
+		if !ok {
+			p.fail(key, fmt.Sprintf("contains %v, expected only strings", x))
+			return nil
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (p *parser) strMap(key string) map[string]string {
+	m, ok := typed[map[string]any](p, key, "a table of strings")
+	if !ok {
+		return nil
+	}
+	out := map[string]string{}
+	for k, x := range m {
+		s, ok := x.(string)
+		if !ok {
+			p.fail(key+"."+k, fmt.Sprintf("= %v must be a string", x))
+			continue
+		}
+		out[k] = s
+	}
+	return out
+}
+
+func (p *parser) num(key string, def, lo, hi float64) float64 {
+	v, ok := p.lookup(key)
+	if !ok {
+		return def
+	}
+	var f float64
+	switch x := v.(type) {
+	case int64:
+		f = float64(x)
+	case float64:
+		f = x
+	default:
+		p.fail(key, fmt.Sprintf("= %q must be a number", fmt.Sprint(v)))
+		return def
+	}
+	if f < lo || f > hi {
+		p.fail(key, fmt.Sprintf("= %v must be between %v and %v", f, lo, hi))
+		return def
+	}
+	return f
+}
+
+func (p *parser) boolean(key string, def bool) bool {
+	if b, ok := typed[bool](p, key, "true or false"); ok {
+		return b
+	}
+	return def
+}
+
+// warnUnknown lists keys outside the known set. [metadata] is free-form.
+func (p *parser) warnUnknown() {
+	var walk func(prefix string, m map[string]any)
+	walk = func(prefix string, m map[string]any) {
+		keys := make([]string, 0, len(m))
+		for k := range m {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			full := k
+			if prefix != "" {
+				full = prefix + "." + k
+			}
+			if full == "metadata" || strings.HasPrefix(full, "verifier.env.") || strings.HasPrefix(full, "solution.env.") {
+				continue
+			}
+			if !known[full] {
+				p.warnings = append(p.warnings, fmt.Sprintf("%s: unknown key %s (ignored)", p.file, full))
+				continue
+			}
+			if sub, ok := m[k].(map[string]any); ok && full != "verifier.env" && full != "solution.env" {
+				walk(full, sub)
+			}
+		}
+	}
+	walk("", p.raw)
+}

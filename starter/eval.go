@@ -1,0 +1,317 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"go.temporal.io/sdk/client"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/config"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+// evalFlags are the flags of `starter eval`.
+type evalFlags struct {
+	tasksDir, pool, agent string
+	commands              multiFlag
+	inference             string
+	endpoint, model       string
+	apiKeyEnv             string
+	maxNew, maxContext    int
+	temperature           float64
+	attempts, concurrency int
+	turnCap, s            int
+	agentTimeout          time.Duration
+	wait, asJSON          bool
+	id                    string
+	fresh                 bool
+	storeDir              string
+	checkpoints           string
+	force                 bool
+}
+
+func parseEval(args []string) (*evalFlags, error) {
+	f := &evalFlags{}
+	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
+	fs.StringVar(&f.tasksDir, "tasks", "", "a task directory or a directory of them")
+	fs.StringVar(&f.pool, "pool", "", "an imported pool")
+	fs.StringVar(&f.agent, "agent", "oracle", "oracle, nop, scripted, policy or chat")
+	fs.Var(&f.commands, "command", "a command for the scripted agent, one per turn (repeat the flag)")
+	fs.StringVar(&f.inference, "inference", "", "policy: SGLang-compatible server URLs, comma-separated (default: the local worker's, from <home>/inference.url)")
+	fs.StringVar(&f.endpoint, "endpoint", "", "chat: base URL of an OpenAI-compatible API")
+	fs.StringVar(&f.model, "model", "", "chat: model name")
+	fs.StringVar(&f.apiKeyEnv, "api-key-env", "OPENAI_API_KEY", "chat: environment variable on the sandbox hosts that holds the API key")
+	fs.IntVar(&f.maxNew, "max-new-tokens", 512, "policy/chat: tokens per turn")
+	fs.Float64Var(&f.temperature, "temperature", 1.0, "policy/chat: sampling temperature")
+	fs.IntVar(&f.maxContext, "max-context", 0, "policy: context limit in tokens (0: the model's)")
+	fs.IntVar(&f.attempts, "attempts", 1, "attempts per task")
+	fs.IntVar(&f.concurrency, "concurrency", workflows.DefaultEvalConcurrency, "rollouts at once")
+	fs.IntVar(&f.turnCap, "turn-cap", workflows.EvalTurnCap, "turn cap per rollout")
+	fs.IntVar(&f.s, "s", workflows.DefaultS, "S: reward = passing assertions / S")
+	fs.DurationVar(&f.agentTimeout, "agent-timeout", 0, "override each task's agent.timeout_sec")
+	fs.BoolVar(&f.wait, "wait", false, "wait for the sweep and print the table")
+	fs.BoolVar(&f.asJSON, "json", false, "wait and print one JSON document (see docs/eval-json.md)")
+	fs.StringVar(&f.id, "id", "", "sweep ID (default: derived from tasks, agent and settings, so a re-run finds the existing sweep)")
+	fs.BoolVar(&f.fresh, "new", false, "start a new sweep even if one with the same inputs exists")
+	fs.StringVar(&f.storeDir, "store", config.StoreDir(), "artifact store directory")
+	fs.StringVar(&f.checkpoints, "checkpoint", "", "evaluate these checkpoints one after another with the policy agent: CAMPAIGN:LABEL (init, sft, warmup, step-0003, latest), a saved checkpoint's name, or a directory with manifest.json; comma-separated")
+	fs.BoolVar(&f.force, "force", false, "--checkpoint: load weights even into servers a running campaign samples from")
+	if _, err := parse(fs, args); err != nil {
+		return nil, err
+	}
+	if f.checkpoints != "" {
+		explicit := false
+		fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "agent" })
+		if explicit && f.agent != activities.AgentPolicy {
+			return nil, badInput(fmt.Errorf("eval: --checkpoint evaluates the policy agent, not --agent %s", f.agent))
+		}
+		f.agent = activities.AgentPolicy
+	}
+	return f, nil
+}
+
+// agentSpec is the agent the flags describe; the policy agent defaults to
+// the local gpu worker's inference server.
+func (f *evalFlags) agentSpec() activities.AgentSpec {
+	spec := activities.AgentSpec{Kind: f.agent, Commands: f.commands}
+	switch f.agent {
+	case activities.AgentPolicy:
+		urls := f.inference
+		if urls == "" {
+			b, _ := os.ReadFile(filepath.Join(config.Home(), "inference.url"))
+			urls = strings.TrimSpace(string(b))
+		}
+		for _, u := range strings.Split(urls, ",") {
+			if u = strings.TrimSpace(u); u != "" {
+				spec.Inference = append(spec.Inference, u)
+			}
+		}
+		spec.MaxNewTokens, spec.Temperature, spec.MaxContext = f.maxNew, f.temperature, f.maxContext
+	case activities.AgentChat:
+		spec.Endpoint, spec.Model, spec.APIKeyEnv = f.endpoint, f.model, f.apiKeyEnv
+		spec.MaxNewTokens, spec.Temperature = f.maxNew, f.temperature
+	}
+	return spec
+}
+
+func (f *evalFlags) check(spec activities.AgentSpec) error {
+	switch {
+	case (f.tasksDir == "") == (f.pool == ""):
+		return badInput(errors.New("eval: give exactly one of --tasks DIR or --pool NAME"))
+	case f.attempts < 1:
+		return badInput(fmt.Errorf("eval: --attempts %d must be at least 1", f.attempts))
+	case f.concurrency < 1:
+		return badInput(fmt.Errorf("eval: --concurrency %d must be at least 1", f.concurrency))
+	case f.turnCap < 1:
+		return badInput(fmt.Errorf("eval: --turn-cap %d must be at least 1", f.turnCap))
+	case f.s < 1:
+		return badInput(fmt.Errorf("eval: --s %d must be at least 1", f.s))
+	}
+	if err := spec.Validate(); err != nil {
+		return badInput(fmt.Errorf("eval: --%v", err))
+	}
+	return nil
+}
+
+// eval runs an eval sweep, or with --checkpoint one sweep per checkpoint.
+// Every input is checked before anything starts.
+func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f, err := parseEval(args)
+	if err != nil {
+		return err
+	}
+	spec := f.agentSpec()
+	if err := f.check(spec); err != nil {
+		return err
+	}
+	st, err := openStore(f.storeDir)
+	if err != nil {
+		return err
+	}
+	refs, err := poolOrDir(ctx, st, f.pool, f.tasksDir, "eval", stderr)
+	if err != nil {
+		return err
+	}
+	in := workflows.EvalSweepInput{
+		Tasks: refs, Agent: spec, Attempts: f.attempts, Concurrency: f.concurrency,
+		TurnCap: f.turnCap, S: f.s, AgentTimeoutSec: f.agentTimeout.Seconds(),
+	}
+	c, err := dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var cks []workflows.NamedCheckpoint
+	if f.checkpoints != "" {
+		if cks, err = resolveCheckpoints(ctx, c, st, f.checkpoints); err != nil {
+			return err
+		}
+		if !f.force {
+			if err := inferenceInUse(ctx, c, spec.Inference); err != nil {
+				return err
+			}
+		}
+	}
+	in.SweepID = f.id
+	if in.SweepID == "" {
+		in.SweepID = freshID(sweepID(in, cks), f.fresh)
+	}
+	if len(cks) > 0 {
+		return startCheckpointEval(ctx, c, workflows.CheckpointEvalInput{SweepID: in.SweepID, Checkpoints: cks, Eval: in},
+			f.wait, f.asJSON, stdout, stderr)
+	}
+	return runSweep(ctx, c, st, in, f, stdout, stderr)
+}
+
+// runSweep starts (or finds) one sweep and, when asked, waits and prints it.
+func runSweep(ctx context.Context, c client.Client, st store.Store, in workflows.EvalSweepInput, f *evalFlags, stdout, stderr io.Writer) error {
+	wid := ids.EvalSweepWorkflowID(in.SweepID)
+	run, existing, err := startOrFind(ctx, c, wid, client.StartWorkflowOptions{
+		ID:            wid,
+		TaskQueue:     ids.ControlQueue,
+		StaticSummary: fmt.Sprintf("eval %d tasks × %d, agent %s", len(in.Tasks), f.attempts, f.agent),
+	}, workflows.EvalSweepWorkflow, in)
+	if err != nil {
+		return fmt.Errorf("start eval sweep: %w", err)
+	}
+	announce(infoOut(f.asJSON, stdout, stderr), wid, existing, fmt.Sprintf("found existing sweep %s (use --new for another)", wid),
+		fmt.Sprintf("eval sweep %s: %d tasks × %d attempts, agent %s", wid, len(in.Tasks), f.attempts, f.agent))
+	if !f.wait && !f.asJSON {
+		return nil
+	}
+	var res workflows.EvalSweepResult
+	if err := waitWithProgress(ctx, c, run, stderr, "rollouts done", &res); err != nil {
+		return err
+	}
+	var rep workflows.EvalReport
+	if err := store.GetJSON(ctx, st, res.Report, &rep); err != nil {
+		return fmt.Errorf("read eval report: %w", err)
+	}
+	if f.asJSON {
+		return json.NewEncoder(stdout).Encode(evalJSON(rep, res.Report))
+	}
+	printTable(stdout, rep)
+	fmt.Fprintf(stdout, "report: %s\n", res.Report.URI)
+	return nil
+}
+
+// sweepID derives the ID from what the sweep computes, so the same request
+// finds the same sweep.
+func sweepID(in workflows.EvalSweepInput, cks []workflows.NamedCheckpoint) string {
+	h := sha256.New()
+	prefix := in.Agent.Kind
+	for _, ck := range cks {
+		fmt.Fprintln(h, ck.Label, ck.Checkpoint.Name, ck.Checkpoint.WeightVersion, ck.Checkpoint.Files["manifest.json"].SHA256)
+		prefix = "ckpt"
+	}
+	for _, t := range in.Tasks {
+		fmt.Fprintln(h, t.ID)
+	}
+	b, _ := json.Marshal([]any{in.Agent, in.Attempts, in.TurnCap, in.S, in.AgentTimeoutSec})
+	h.Write(b)
+	return fmt.Sprintf("%s-%s", prefix, hex.EncodeToString(h.Sum(nil))[:12])
+}
+
+// EvalJSONTask is one rollout row of `starter eval --json` (docs/eval-json.md).
+type EvalJSONTask struct {
+	Name       string  `json:"name"`
+	TaskID     string  `json:"task_id"`
+	Category   string  `json:"category"`
+	Difficulty string  `json:"difficulty"`
+	Attempt    int     `json:"attempt"`
+	Reward     float64 `json:"reward"`
+	Passed     int     `json:"passed"`
+	Total      int     `json:"total"`
+	Resolved   bool    `json:"resolved"`
+	Scored     bool    `json:"scored"`
+	Outcome    string  `json:"outcome"`
+	AgentEnd   string  `json:"agent_end"`
+	Turns      int     `json:"turns"`
+	DurationS  float64 `json:"duration_s"`
+	RolloutID  string  `json:"rollout_id"`
+	Error      string  `json:"error,omitempty"`
+}
+
+// EvalJSON is the document `starter eval --json` prints.
+type EvalJSON struct {
+	WorkflowID   string                     `json:"workflow_id"`
+	SweepID      string                     `json:"sweep_id"`
+	Agent        string                     `json:"agent"`
+	Attempts     int                        `json:"attempts"`
+	S            int                        `json:"s"`
+	ResolvedRate float64                    `json:"resolved_rate"`
+	MeanReward   float64                    `json:"mean_reward"`
+	Rollouts     int                        `json:"rollouts"`
+	Scored       int                        `json:"scored"`
+	Resolved     int                        `json:"resolved"`
+	MeanTurns    float64                    `json:"mean_turns"`
+	Outcomes     map[string]int             `json:"outcomes"`
+	ByCategory   map[string]workflows.Group `json:"by_category"`
+	ByDifficulty map[string]workflows.Group `json:"by_difficulty"`
+	Tasks        []EvalJSONTask             `json:"tasks"`
+	Report       store.Ref                  `json:"report"`
+}
+
+func evalJSON(rep workflows.EvalReport, ref store.Ref) EvalJSON {
+	s := rep.Summary
+	out := EvalJSON{
+		WorkflowID: rep.WorkflowID, SweepID: rep.SweepID, Agent: rep.Agent.Kind, Attempts: rep.Attempts, S: rep.S,
+		ResolvedRate: s.ResolvedRate, MeanReward: s.MeanReward, Rollouts: s.Rollouts, Scored: s.Scored,
+		Resolved: s.Resolved, MeanTurns: s.MeanTurns, Outcomes: s.Outcomes,
+		ByCategory: s.ByCategory, ByDifficulty: s.ByDifficulty, Tasks: []EvalJSONTask{}, Report: ref,
+	}
+	for _, r := range rep.Rollouts {
+		out.Tasks = append(out.Tasks, EvalJSONTask{
+			Name: r.Name, TaskID: r.TaskID, Category: r.Category, Difficulty: r.Difficulty, Attempt: r.Attempt,
+			Reward: r.Reward, Passed: r.Passed, Total: r.Total, Resolved: r.Resolved, Scored: r.Scored,
+			Outcome: r.Outcome, AgentEnd: r.AgentEnd, Turns: r.Turns, DurationS: r.DurationSec,
+			RolloutID: r.RolloutID, Error: r.Error,
+		})
+	}
+	return out
+}
+
+func printTable(w io.Writer, rep workflows.EvalReport) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TASK\tCATEGORY\tDIFFICULTY\t#\tOUTCOME\tPASSED\tREWARD\tTURNS\tSECONDS")
+	for _, r := range rep.Rollouts {
+		passed, reward := "-", "-"
+		if r.Scored {
+			passed, reward = fmt.Sprintf("%d/%d", r.Passed, r.Total), fmt.Sprintf("%.3f", r.Reward)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\t%d\t%.1f\n", r.Name, r.Category, r.Difficulty, r.Attempt, r.Outcome, passed, reward, r.Turns, r.DurationSec)
+	}
+	tw.Flush()
+	s := rep.Summary
+	fmt.Fprintf(w, "\nresolved %d/%d scored (%.1f%%), mean reward %.3f (S = %d), mean turns %.1f, %d rollouts\n",
+		s.Resolved, s.Scored, 100*s.ResolvedRate, s.MeanReward, rep.S, s.MeanTurns, s.Rollouts)
+	if s.Scored < s.Rollouts {
+		fmt.Fprintf(w, "not scored: %v\n", s.Outcomes)
+	}
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "\nGROUP\tRESOLVED\tRATE\tMEAN REWARD")
+	for _, g := range []struct {
+		label string
+		m     map[string]workflows.Group
+	}{{"category", s.ByCategory}, {"difficulty", s.ByDifficulty}} {
+		for _, k := range sortedStrings(g.m) {
+			v := g.m[k]
+			fmt.Fprintf(tw, "%s=%s\t%d/%d\t%.1f%%\t%.3f\n", g.label, k, v.Resolved, v.Scored, 100*v.ResolvedRate, v.MeanReward)
+		}
+	}
+	tw.Flush()
+}
