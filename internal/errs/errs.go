@@ -27,37 +27,44 @@ const (
 	SynthesisRejected = "SynthesisRejected"
 )
 
+// newf is an application error of type typ with a formatted message;
+// retryable says whether Temporal may retry the activity that returned it.
+func newf(typ string, retryable bool, format string, args []any) error {
+	return temporal.NewApplicationErrorWithOptions(fmt.Sprintf(format, args...), typ,
+		temporal.ApplicationErrorOptions{NonRetryable: !retryable})
+}
+
 // Infraf is a retryable infrastructure failure.
 func Infraf(format string, args ...any) error {
-	return temporal.NewApplicationError(fmt.Sprintf(format, args...), Infra)
+	return newf(Infra, true, format, args)
 }
 
 // TaskInvalidf is the task's own fault; it names the file and field.
 func TaskInvalidf(format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), TaskInvalid, nil)
+	return newf(TaskInvalid, false, format, args)
 }
 
 // Verifierf is a verifier failure: retried, then recorded, never reward 0.
 func Verifierf(format string, args ...any) error {
-	return temporal.NewApplicationError(fmt.Sprintf(format, args...), Verifier)
+	return newf(Verifier, true, format, args)
 }
 
 // SandboxGonef asks the workflow for a fresh sandbox.
 func SandboxGonef(format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), SandboxGone, nil)
+	return newf(SandboxGone, false, format, args)
 }
 
 // BadInputf is a non-retryable caller mistake.
 func BadInputf(format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), BadInput, nil)
+	return newf(BadInput, false, format, args)
 }
 
 // RoutingMissingf is retryable by default: the rollout retries with a fresh sandbox.
 func RoutingMissingf(format string, args ...any) error {
-	return temporal.NewApplicationError(fmt.Sprintf(format, args...), RoutingMissing)
+	return newf(RoutingMissing, true, format, args)
 }
 
 // SynthesisRejectedf is a proposal the round rejects: non-retryable.
 func SynthesisRejectedf(format string, args ...any) error {
-	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), SynthesisRejected, nil)
+	return newf(SynthesisRejected, false, format, args)
 }
