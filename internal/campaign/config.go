@@ -135,55 +135,53 @@ func (ch *checker) bad(field, format string, args ...any) {
 	ch.errs = append(ch.errs, &FieldError{File: ch.file, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
-// positive is the check most counts need: at least 1.
-func (ch *checker) positive(field string, v int) {
-	if v < 1 {
-		ch.bad(field, "= %d must be at least 1", v)
-	}
+// A rule is one check of a config: the field it names, whether the value
+// there is wrong and, if so, what is wrong with it.
+type rule struct {
+	field string
+	wrong bool
+	msg   string
 }
 
-func (ch *checker) nonNegative(field string, v int) {
-	if v < 0 {
-		ch.bad(field, "= %d must be >= 0", v)
-	}
+// positive is the rule most counts need: at least 1.
+func positive(field string, v int) rule {
+	return rule{field, v < 1, fmt.Sprintf("= %d must be at least 1", v)}
 }
 
+func nonNegative(field string, v int) rule {
+	return rule{field, v < 0, fmt.Sprintf("= %d must be >= 0", v)}
+}
+
+// check applies every rule, in order, so the problems are listed in the
+// order of the settings.
 func (ch *checker) check(c *Config) {
-	if !nameRe.MatchString(c.Name) {
-		ch.bad("name", "= %q must be 1-64 letters, digits, '.', '_' or '-'", c.Name)
+	for _, r := range []rule{
+		{"name", !nameRe.MatchString(c.Name), fmt.Sprintf("= %q must be 1-64 letters, digits, '.', '_' or '-'", c.Name)},
+		positive("s", c.S),
+		{"pools.train", c.Pools.Train == "", "is required (a pool of training tasks)"},
+		positive("policy.max_new_tokens", c.Policy.MaxNewTokens),
+		{"policy.temperature", c.Policy.Temperature < 0, fmt.Sprintf("= %v must be >= 0", c.Policy.Temperature)},
+		{"policy.preset", c.Policy.Preset != "t1" && c.Policy.Preset != "small", fmt.Sprintf("= %q must be t1 or small", c.Policy.Preset)},
+		positive("sft.epochs", c.SFT.Epochs),
+		nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs),
+		positive("critic_warmup.fit_epochs", c.CriticWarmup.FitEpochs),
+		{"critic_warmup.ev_gate", c.CriticWarmup.EVGate > 1, fmt.Sprintf("= %v must be at most 1", c.CriticWarmup.EVGate)},
+		positive("critic_warmup.max_rounds", c.CriticWarmup.MaxRounds),
+		positive("ppo.steps", c.PPO.Steps),
+		positive("ppo.tasks_per_step", c.PPO.TasksPerStep),
+		positive("ppo.concurrency", c.PPO.Concurrency),
+		positive("ppo.turn_cap", c.PPO.TurnCap),
+		{"ppo.max_failed_share", c.PPO.MaxFailedShare < 0 || c.PPO.MaxFailedShare > 1, fmt.Sprintf("= %v must be between 0 and 1", c.PPO.MaxFailedShare)},
+		positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery),
+		nonNegative("eval.every", c.Eval.Every),
+		positive("eval.attempts", c.Eval.Attempts),
+		positive("eval.turn_cap", c.Eval.TurnCap),
+		positive("eval.concurrency", c.Eval.Concurrency),
+	} {
+		if r.wrong {
+			ch.bad(r.field, "%s", r.msg)
+		}
 	}
-	ch.positive("s", c.S)
-	if c.Pools.Train == "" {
-		ch.bad("pools.train", "is required (a pool of training tasks)")
-	}
-	ch.positive("policy.max_new_tokens", c.Policy.MaxNewTokens)
-	if c.Policy.Temperature < 0 {
-		ch.bad("policy.temperature", "= %v must be >= 0", c.Policy.Temperature)
-	}
-	switch c.Policy.Preset {
-	case "t1", "small":
-	default:
-		ch.bad("policy.preset", "= %q must be t1 or small", c.Policy.Preset)
-	}
-	ch.positive("sft.epochs", c.SFT.Epochs)
-	ch.nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs)
-	ch.positive("critic_warmup.fit_epochs", c.CriticWarmup.FitEpochs)
-	if c.CriticWarmup.EVGate > 1 {
-		ch.bad("critic_warmup.ev_gate", "= %v must be at most 1", c.CriticWarmup.EVGate)
-	}
-	ch.positive("critic_warmup.max_rounds", c.CriticWarmup.MaxRounds)
-	ch.positive("ppo.steps", c.PPO.Steps)
-	ch.positive("ppo.tasks_per_step", c.PPO.TasksPerStep)
-	ch.positive("ppo.concurrency", c.PPO.Concurrency)
-	ch.positive("ppo.turn_cap", c.PPO.TurnCap)
-	if c.PPO.MaxFailedShare < 0 || c.PPO.MaxFailedShare > 1 {
-		ch.bad("ppo.max_failed_share", "= %v must be between 0 and 1", c.PPO.MaxFailedShare)
-	}
-	ch.positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery)
-	ch.nonNegative("eval.every", c.Eval.Every)
-	ch.positive("eval.attempts", c.Eval.Attempts)
-	ch.positive("eval.turn_cap", c.Eval.TurnCap)
-	ch.positive("eval.concurrency", c.Eval.Concurrency)
 }
 
 // Describe lists the fields at fault, one per line, indented under a heading.
