@@ -20,26 +20,24 @@ import (
 
 // auditFlags are the flags of `starter audit`.
 type auditFlags struct {
-	pool, tasksDir, keep string
-	evalDir, evalPool    string
-	cfg                  audit.Config
+	tasks, eval taskSource
+	keep        string
+	cfg         audit.Config
 	runFlags
 }
 
 func parseAudit(args []string) (*auditFlags, error) {
 	f := &auditFlags{}
 	fs := flag.NewFlagSet("audit", flag.ContinueOnError)
-	fs.StringVar(&f.pool, "pool", "", "pool to audit")
-	fs.StringVar(&f.tasksDir, "tasks", "", "a task directory or a directory of them, in place of --pool")
+	f.tasks.register(fs, "", "pool to audit", "a task directory or a directory of them, in place of --pool")
 	fs.StringVar(&f.keep, "keep-pool", "", "pool that receives the kept tasks")
-	fs.StringVar(&f.evalDir, "eval-tasks", "", "eval task sets (directories) to check contamination against")
-	fs.StringVar(&f.evalPool, "eval-pool", "", "an eval pool to check contamination against")
+	f.eval.register(fs, "eval-", "an eval pool to check contamination against", "eval task sets (directories) to check contamination against")
 	cfgFile := fs.String("config", "", "TOML file of thresholds (keep_score, duplicate_jaccard, contamination_share, mutants, ...)")
 	f.register(fs, 2, "tasks audited at once (each runs 3 + mutants rollouts)")
 	if _, err := parse(fs, args); err != nil {
 		return nil, err
 	}
-	if (f.pool == "") == (f.tasksDir == "") {
+	if (f.tasks.pool == "") == (f.tasks.dir == "") {
 		return nil, badInput(errors.New("usage: starter audit (--pool NAME | --tasks DIR) --keep-pool NAME"))
 	}
 	if f.keep != "" {
@@ -80,15 +78,11 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	st, err := openStore(f.storeDir)
+	st, tasks, err := openTasks(ctx, f.storeDir, f.tasks, "audit", stderr)
 	if err != nil {
 		return err
 	}
-	tasks, err := poolOrDir(ctx, st, f.pool, f.tasksDir, "audit", stderr)
-	if err != nil {
-		return err
-	}
-	eval, err := poolOrDir(ctx, st, f.evalPool, f.evalDir, "audit eval sets", stderr)
+	eval, err := f.eval.read(ctx, st, "audit eval sets", stderr)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,8 @@ import (
 
 // evalFlags are the flags of `starter eval`.
 type evalFlags struct {
-	tasksDir, pool, agent string
+	tasks                 taskSource
+	agent                 string
 	commands              multiFlag
 	inference             string
 	endpoint, model       string
@@ -47,8 +48,7 @@ type evalFlags struct {
 func parseEval(args []string) (*evalFlags, error) {
 	f := &evalFlags{}
 	fs := flag.NewFlagSet("eval", flag.ContinueOnError)
-	fs.StringVar(&f.tasksDir, "tasks", "", "a task directory or a directory of them")
-	fs.StringVar(&f.pool, "pool", "", "an imported pool")
+	f.tasks.register(fs, "", "an imported pool", "a task directory or a directory of them")
 	fs.StringVar(&f.agent, "agent", "oracle", "oracle, nop, scripted, policy or chat")
 	fs.Var(&f.commands, "command", "a command for the scripted agent, one per turn (repeat the flag)")
 	fs.StringVar(&f.inference, "inference", "", "policy: SGLang-compatible server URLs, comma-separated (default: the local worker's, from <home>/inference.url)")
@@ -110,7 +110,7 @@ func (f *evalFlags) agentSpec() activities.AgentSpec {
 
 func (f *evalFlags) check(spec activities.AgentSpec) error {
 	switch {
-	case (f.tasksDir == "") == (f.pool == ""):
+	case (f.tasks.dir == "") == (f.tasks.pool == ""):
 		return badInput(errors.New("eval: give exactly one of --tasks DIR or --pool NAME"))
 	case f.attempts < 1:
 		return badInput(fmt.Errorf("eval: --attempts %d must be at least 1", f.attempts))
@@ -138,11 +138,7 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := f.check(spec); err != nil {
 		return err
 	}
-	st, err := openStore(f.storeDir)
-	if err != nil {
-		return err
-	}
-	refs, err := poolOrDir(ctx, st, f.pool, f.tasksDir, "eval", stderr)
+	st, refs, err := openTasks(ctx, f.storeDir, f.tasks, "eval", stderr)
 	if err != nil {
 		return err
 	}

@@ -160,6 +160,31 @@ func poolOrDir(ctx context.Context, st store.Store, pool, dir, what string, stde
 	return nil, nil
 }
 
+// taskSource is where a command's tasks come from: an imported pool or a
+// task directory (or a directory of them).
+type taskSource struct{ pool, dir string }
+
+// register adds the two flags, prefix+"pool" and prefix+"tasks".
+func (s *taskSource) register(fs *flag.FlagSet, prefix, poolHelp, dirHelp string) {
+	fs.StringVar(&s.pool, prefix+"pool", "", poolHelp)
+	fs.StringVar(&s.dir, prefix+"tasks", "", dirHelp)
+}
+
+// read reads the tasks from st (see poolOrDir).
+func (s taskSource) read(ctx context.Context, st store.Store, what string, stderr io.Writer) ([]task.Ref, error) {
+	return poolOrDir(ctx, st, s.pool, s.dir, what, stderr)
+}
+
+// openTasks opens the store and reads the tasks a command runs on.
+func openTasks(ctx context.Context, storeDir string, src taskSource, what string, stderr io.Writer) (store.Store, []task.Ref, error) {
+	st, err := openStore(storeDir)
+	if err != nil {
+		return nil, nil, err
+	}
+	refs, err := src.read(ctx, st, what, stderr)
+	return st, refs, err
+}
+
 // refIDs are the tasks' IDs, for deriving a run's ID from its inputs.
 func refIDs(refs []task.Ref) []string {
 	var out []string
