@@ -4,10 +4,7 @@
 package activities
 
 import (
-	"errors"
 	"fmt"
-
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/internal/store"
@@ -245,13 +242,4 @@ type ReapResult struct {
 type StoreJSONInput struct {
 	Key   string `json:"key"`
 	Value any    `json:"value"`
-}
-
-// errType is the application error type behind err, for tests and logs.
-func errType(err error) string {
-	var ae *temporal.ApplicationError
-	if errors.As(err, &ae) {
-		return ae.Type()
-	}
-	return ""
 }
