@@ -103,7 +103,6 @@ var known = map[string]bool{
 type parser struct {
 	file     string
 	raw      map[string]any
-	used     map[string]bool
 	errs     Errors
 	warnings []string
 }
