@@ -186,9 +186,20 @@ func (r *rig) image(taskDir, base string) string {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	b := fromRe.ReplaceAll(df, []byte("FROM "+base))
-	tw.WriteHeader(&tar.Header{Name: "Dockerfile", Mode: 0o644, Size: int64(len(b))})
-	tw.Write(b)
+	env := filepath.Join(taskDir, "environment")
+	filepath.WalkDir(env, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := os.ReadFile(p)
+		rel, _ := filepath.Rel(env, p)
+		if rel == "Dockerfile" {
+			b = fromRe.ReplaceAll(df, []byte("FROM "+base))
+		}
+		tw.WriteHeader(&tar.Header{Name: rel, Mode: 0o644, Size: int64(len(b))})
+		tw.Write(b)
+		return nil
+	})
 	tw.Close()
 	tag := "t1flow-sealtest:" + filepath.Base(taskDir)
 	resp, err := r.cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, Version: build.BuilderV1})
@@ -365,6 +376,41 @@ func TestSealedVerifierTerminalBenchTasks(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSealedVerifierExampleTasks runs the oracle of every example task and
+// verifies it sealed: the tamper check stays clean and test.sh (pytest on the
+// toolchain's Python) exits 0.
+func TestSealedVerifierExampleTasks(t *testing.T) {
+	r := newRig(t)
+	dirs, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "examples/tasks/*"))
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			r.t = t
+			img := r.image(dir, r.baseTag())
+			id := r.sandbox(img)
+			r.copyDir(id, filepath.Join(dir, "solution"), "/solution")
+			ins, _ := r.cli.ContainerInspect(context.Background(), id)
+			if code, out := r.exec(id, []string{"bash", "/solution/solve.sh"}, nil, ins.Config.WorkingDir); code != 0 {
+				t.Fatalf("solve.sh: %d %s", code, out)
+			}
+			f, err := sandbox.TamperCheck(context.Background(), r.cli, id, ins.Config.WorkingDir)
+			if err != nil || len(f) != 0 {
+				t.Fatalf("tamper check on the oracle: %v %v", f, err)
+			}
+			v := r.verify(id, dir)
+			sh := func(script string) string {
+				_, out := r.exec(id, []string{sandbox.ToolchainMount + "/bin/bash", "-c", script}, append(sandbox.ToolchainExecEnv, "PATH="+sandbox.ToolchainMount+"/bin"), "/")
+				return strings.TrimSpace(out)
+			}
+			cases := sh("grep -o '<testcase' /logs/verifier/junit.xml | wc -l")
+			fails := sh("grep -o '<failure\\|<error' /logs/verifier/junit.xml | wc -l")
+			t.Logf("%s: %s test cases, %s failed, runner marked %v, verify took %s", filepath.Base(dir), cases, fails, v.marked, v.took)
+			if cases == "0" || fails != "0" || !v.marked {
+				t.Fatalf("the oracle did not pass sealed: %s cases, %s failed, marked %v\n%s", cases, fails, v.marked, v.output)
+			}
+		})
 	}
 }
 
