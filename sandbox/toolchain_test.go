@@ -1,0 +1,475 @@
+package sandbox_test
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/api/types/build"
+	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/api/types/mount"
+	"github.com/docker/docker/client"
+	"github.com/docker/docker/pkg/stdcopy"
+
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
+)
+
+func TestTamperDiffFlagsOnlyWhatReachesTheVerifier(t *testing.T) {
+	add, mod, del := container.ChangeAdd, container.ChangeModify, container.ChangeDelete
+	changes := []container.FilesystemChange{
+		// An oracle's apt-get and pip installs, files it writes, users it adds.
+		{Kind: mod, Path: "/usr"}, {Kind: mod, Path: "/usr/bin"}, {Kind: add, Path: "/usr/bin/jq"},
+		{Kind: mod, Path: "/usr/bin/curl"}, {Kind: mod, Path: "/etc/ld.so.cache"},
+		{Kind: add, Path: "/usr/local/bin/python3"}, {Kind: add, Path: "/usr/local/bin/pytest"},
+		{Kind: add, Path: "/usr/local/lib/python3.11/dist-packages/distutils-precedence.pth"},
+		{Kind: add, Path: "/usr/local/lib/python3.11/dist-packages/_pytest/runner.py"},
+		{Kind: mod, Path: "/etc/passwd"}, {Kind: add, Path: "/app/freq.txt"}, {Kind: add, Path: "/app/src/pytest_helpers.py"},
+		{Kind: mod, Path: "/logs"}, {Kind: add, Path: "/logs/agent/trace.txt"}, {Kind: add, Path: sandbox.ToolchainMount},
+		{Kind: del, Path: "/etc/ld.so.preload"}, {Kind: add, Path: "/srv/pytest.ini"}, {Kind: add, Path: "/app/packaging"},
+		// Cheats.
+		{Kind: add, Path: "/etc/ld.so.preload"},
+		{Kind: add, Path: "/conftest.py"}, {Kind: add, Path: "/pytest.ini"}, {Kind: mod, Path: "/pyproject.toml"},
+		{Kind: add, Path: "/app/pytest.py"}, {Kind: add, Path: "/app/sitecustomize.py"}, {Kind: add, Path: "/app/_pytest"},
+		{Kind: add, Path: "/app/evil.pth"},
+		{Kind: add, Path: "/usr/lib/x86_64-linux-gnu/libnss_db.so.2"},
+		{Kind: add, Path: sandbox.ToolchainMount + "/bin/bash"},
+	}
+	got := map[string]bool{}
+	for _, f := range sandbox.TamperDiff(changes, "/app") {
+		got[f.Path] = true
+	}
+	want := []string{"/etc/ld.so.preload", "/conftest.py", "/pytest.ini", "/pyproject.toml", "/app/pytest.py",
+		"/app/sitecustomize.py", "/app/_pytest", "/app/evil.pth", "/usr/lib/x86_64-linux-gnu/libnss_db.so.2",
+		sandbox.ToolchainMount + "/bin/bash"}
+	for _, w := range want {
+		if !got[w] {
+			t.Errorf("%s not flagged", w)
+		}
+		delete(got, w)
+	}
+	for p := range got {
+		t.Errorf("false positive: %s", p)
+	}
+	// In a working directory of /, the same names at / shadow the runner.
+	if f := sandbox.TamperDiff([]container.FilesystemChange{{Kind: add, Path: "/pytest.py"}, {Kind: add, Path: "/app/pytest.py"}}, "/"); len(f) != 1 || f[0].Path != "/pytest.py" {
+		t.Errorf("workdir /: %v", f)
+	}
+}
+
+func TestNSSModules(t *testing.T) {
+	base := "passwd: files\nhosts: files dns\nprotocols: db files\nnetgroup: nis\n"
+	if m := sandbox.NSSModules([]byte(base)); len(m) != 0 {
+		t.Errorf("the base image's nsswitch.conf flagged: %v", m)
+	}
+	if m := sandbox.NSSModules([]byte("passwd: files evil [NOTFOUND=return] ldap # comment sss\n")); strings.Join(m, ",") != "evil,ldap" {
+		t.Errorf("got %v", m)
+	}
+}
+
+func TestToolchainVerifyCmdIsClean(t *testing.T) {
+	img := []string{"PATH=/opt/app/bin:/usr/bin:/bin", "LD_PRELOAD=/x.so", "PYTHONPATH=/app", "PYTHONSTARTUP=/x", "BASH_ENV=/x",
+		"HOME=/root", "LANG=C.UTF-8", "APP_MODE=test", "UV_INDEX_URL=http://evil", "PYTEST_ADDOPTS=-p evil"}
+	cmd, dropped := sandbox.ToolchainVerifyCmd(img, []string{"TARGET=/app/out", "LD_LIBRARY_PATH=/x"}, 90*time.Second, "/tests/pytest.ini")
+	m := sandbox.ToolchainMount
+	if cmd[0] != m+"/bin/env" || cmd[1] != "-i" || cmd[len(cmd)-1] != "/tests/test.sh" {
+		t.Fatalf("cmd %q", cmd)
+	}
+	joined := strings.Join(cmd, "\n")
+	for _, bad := range []string{"LD_PRELOAD=/x.so", "PYTHONPATH=/app", "BASH_ENV", "HOME=/root", "evil", "LD_LIBRARY_PATH"} {
+		if strings.Contains(joined, bad) {
+			t.Errorf("%s reached the verifier", bad)
+		}
+	}
+	for _, good := range []string{"LANG=C.UTF-8", "APP_MODE=test", "TARGET=/app/out", "PATH=" + m + "/bin:/opt/app/bin:/usr/bin:/bin",
+		"HOME=" + m + "/home", "-c /tests/pytest.ini --rootdir=/tests --confcutdir=/tests", m + "/bin/timeout", "90.000"} {
+		if !strings.Contains(joined, good) {
+			t.Errorf("%s missing from %q", good, cmd)
+		}
+	}
+	if len(dropped) != 8 {
+		t.Errorf("dropped %v", dropped)
+	}
+	for _, c := range sandbox.ToolchainPrepareCmd("/logs/verifier") {
+		if strings.HasPrefix(c, "/") && !strings.HasPrefix(c, m+"/") {
+			t.Errorf("the prepare step runs %s from the container", c)
+		}
+	}
+}
+
+func TestToolchainPytestIni(t *testing.T) {
+	dir := t.TempDir()
+	if got := sandbox.ToolchainPytestIni(dir); got != sandbox.ToolchainMount+"/etc/pytest.ini" {
+		t.Errorf("no ini: %s", got)
+	}
+	os.WriteFile(filepath.Join(dir, "pyproject.toml"), []byte("[project]\nname='x'\n"), 0o644)
+	if got := sandbox.ToolchainPytestIni(dir); got != sandbox.ToolchainMount+"/etc/pytest.ini" {
+		t.Errorf("pyproject without pytest section: %s", got)
+	}
+	os.WriteFile(filepath.Join(dir, "pytest.ini"), []byte("[pytest]\n"), 0o644)
+	if got := sandbox.ToolchainPytestIni(dir); got != "/tests/pytest.ini" {
+		t.Errorf("task ini: %s", got)
+	}
+}
+
+func TestToolchainHashFollowsBaseImage(t *testing.T) {
+	a, b := sandbox.ToolchainHash("t1flow-base:aaa"), sandbox.ToolchainHash("t1flow-base:bbb")
+	if a == b || len(a) != 12 || a != sandbox.ToolchainHash("t1flow-base:aaa") {
+		t.Errorf("hashes %s %s", a, b)
+	}
+}
+
+// --- integration: the real toolchain, real sandboxes, the real cheats -------
+
+type rig struct {
+	t   *testing.T
+	cli *client.Client
+	tc  sandbox.Toolchain
+}
+
+func newRig(t *testing.T) *rig {
+	if !testenv.Required() {
+		t.Skip("integration test: set T1FLOW_INTEGRATION=1")
+	}
+	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := cli.Ping(ctx); err != nil {
+		t.Fatalf("docker daemon does not answer: %v", err)
+	}
+	imgs, err := cli.ImageList(ctx, image.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := ""
+	for _, im := range imgs {
+		for _, tag := range im.RepoTags {
+			if strings.HasPrefix(tag, "t1flow-base:") {
+				base = tag
+			}
+		}
+	}
+	if base == "" {
+		t.Fatal("no t1flow-base image: run `make base-image`")
+	}
+	start := time.Now()
+	tc, err := sandbox.EnsureToolchain(ctx, cli, base, testenv.StateDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("toolchain %s at %s: built=%v in %s, %d MB (EnsureToolchain took %s)", tc.Hash, tc.Dir, tc.Built, tc.BuildTime, tc.SizeBytes>>20, time.Since(start))
+	return &rig{t: t, cli: cli, tc: tc}
+}
+
+var fromRe = regexp.MustCompile(`(?m)^FROM \S+`)
+
+// image builds a task's environment with FROM pointed at the base image (the
+// alias map's effect, without the activities' machinery).
+func (r *rig) image(taskDir, base string) string {
+	r.t.Helper()
+	ctx := context.Background()
+	df, err := os.ReadFile(filepath.Join(taskDir, "environment/Dockerfile"))
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	env := filepath.Join(taskDir, "environment")
+	filepath.WalkDir(env, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := os.ReadFile(p)
+		rel, _ := filepath.Rel(env, p)
+		if rel == "Dockerfile" {
+			b = fromRe.ReplaceAll(df, []byte("FROM "+base))
+		}
+		tw.WriteHeader(&tar.Header{Name: rel, Mode: 0o644, Size: int64(len(b))})
+		tw.Write(b)
+		return nil
+	})
+	tw.Close()
+	tag := "t1flow-sealtest:" + filepath.Base(taskDir)
+	resp, err := r.cli.ImageBuild(ctx, &buf, build.ImageBuildOptions{Tags: []string{tag}, Remove: true, Version: build.BuilderV1})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	out, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if bytes.Contains(out, []byte(`"error"`)) {
+		r.t.Fatalf("build %s: %s", tag, out)
+	}
+	return tag
+}
+
+func (r *rig) baseTag() string {
+	return strings.TrimSpace(readFile(r.t, filepath.Join(r.tc.Dir, ".ready")))
+}
+
+func readFile(t *testing.T, p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// sandbox starts a container the way the activities do (no network, caps
+// dropped, no-new-privileges) plus the toolchain mount.
+func (r *rig) sandbox(img string) string {
+	r.t.Helper()
+	ctx := context.Background()
+	resp, err := r.cli.ContainerCreate(ctx, &container.Config{
+		Image: img, Cmd: []string{"bash", "-c", "trap '' TERM INT HUP; while :; do sleep 86400 & wait $!; done"},
+		Labels: map[string]string{"t1flow.sealtest": "1"},
+	}, &container.HostConfig{
+		NetworkMode: "none",
+		CapDrop:     []string{"ALL"},
+		CapAdd:      []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "AUDIT_WRITE", "MKNOD"},
+		SecurityOpt: []string{"no-new-privileges"},
+		Mounts:      []mount.Mount{r.tc.Mount()},
+	}, nil, nil, "")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() {
+		r.cli.ContainerRemove(context.Background(), resp.ID, container.RemoveOptions{Force: true, RemoveVolumes: true})
+	})
+	if err := r.cli.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+	return resp.ID
+}
+
+func (r *rig) exec(id string, cmd []string, env []string, wd string) (int, string) {
+	r.t.Helper()
+	ctx := context.Background()
+	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, Env: env, WorkingDir: wd, User: "root", AttachStdout: true, AttachStderr: true})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	hj, err := r.cli.ContainerExecAttach(ctx, ex.ID, container.ExecAttachOptions{})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	var out bytes.Buffer
+	stdcopy.StdCopy(&out, &out, hj.Reader)
+	hj.Close()
+	ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return ins.ExitCode, out.String()
+}
+
+func (r *rig) copyDir(id, src, dst string) {
+	r.t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, _ := os.ReadFile(p)
+		rel, _ := filepath.Rel(src, p)
+		info, _ := d.Info()
+		tw.WriteHeader(&tar.Header{Name: strings.TrimPrefix(dst, "/") + "/" + rel, Mode: int64(info.Mode().Perm()), Size: int64(len(b))})
+		tw.Write(b)
+		return nil
+	})
+	tw.Close()
+	if err := r.cli.CopyToContainer(context.Background(), id, "/", &buf, container.CopyToContainerOptions{}); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+type verdict struct {
+	passed, total int
+	reward        string
+	marked        bool
+	output        string
+	took          time.Duration
+}
+
+// verify is the sealed verification the lead wires into Verify: prepare with
+// the toolchain, copy tests, run test.sh sealed, read results.
+func (r *rig) verify(id, taskDir string) verdict {
+	r.t.Helper()
+	ctx := context.Background()
+	start := time.Now()
+	if code, out := r.exec(id, sandbox.ToolchainPrepareCmd("/logs/verifier"), sandbox.ToolchainExecEnv, "/"); code != 0 {
+		r.t.Fatalf("prepare: %d %s", code, out)
+	}
+	r.copyDir(id, filepath.Join(taskDir, "tests"), "/tests")
+	ins, err := r.cli.ContainerInspect(ctx, id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	cmd, _ := sandbox.ToolchainVerifyCmd(ins.Config.Env, nil, 2*time.Minute, sandbox.ToolchainPytestIni(filepath.Join(taskDir, "tests")))
+	_, out := r.exec(id, cmd, sandbox.ToolchainExecEnv, ins.Config.WorkingDir)
+	v := verdict{output: out, took: time.Since(start)}
+	_, ctrf := r.exec(id, []string{sandbox.ToolchainMount + "/bin/cat", "/logs/verifier/ctrf.json"}, sandbox.ToolchainExecEnv, "/")
+	var doc struct {
+		Results struct {
+			Tests []struct{ Status string } `json:"tests"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal([]byte(ctrf), &doc); err == nil {
+		for _, tt := range doc.Results.Tests {
+			v.total++
+			if tt.Status == "passed" {
+				v.passed++
+			}
+		}
+	}
+	_, v.reward = r.exec(id, []string{sandbox.ToolchainMount + "/bin/cat", "/logs/verifier/reward.txt"}, sandbox.ToolchainExecEnv, "/")
+	v.reward = strings.TrimSpace(v.reward)
+	code, _ := r.exec(id, []string{sandbox.ToolchainMount + "/bin/test", "-e", sandbox.ToolchainRunnerMark}, sandbox.ToolchainExecEnv, "/")
+	v.marked = code == 0
+	return v
+}
+
+func TestSealedVerifierTerminalBenchTasks(t *testing.T) {
+	r := newRig(t)
+	base := r.baseTag()
+	for _, name := range []string{"word-frequency", "inventory-module"} {
+		dir := filepath.Join(testenv.RepoRoot(), "examples/tb2", name)
+		img := r.image(dir, base)
+		for _, agent := range []string{"oracle", "nop"} {
+			t.Run(name+"/"+agent, func(t *testing.T) {
+				r.t = t
+				id := r.sandbox(img)
+				if agent == "oracle" {
+					r.copyDir(id, filepath.Join(dir, "solution"), "/solution")
+					if code, out := r.exec(id, []string{"bash", "/solution/solve.sh"}, nil, ""); code != 0 {
+						t.Fatalf("solve.sh: %d %s", code, out)
+					}
+				}
+				ins, _ := r.cli.ContainerInspect(context.Background(), id)
+				f, err := sandbox.TamperCheck(context.Background(), r.cli, id, ins.Config.WorkingDir)
+				if err != nil || len(f) != 0 {
+					t.Fatalf("tamper check on a clean %s rollout: %v %v", agent, f, err)
+				}
+				v := r.verify(id, dir)
+				t.Logf("%s %s: %d/%d passed, reward %q, runner marked %v, verify took %s", name, agent, v.passed, v.total, v.reward, v.marked, v.took)
+				want := 0
+				if agent == "oracle" {
+					want = 5
+				}
+				if v.total != 5 || v.passed != want || !v.marked {
+					t.Fatalf("%d/%d passed (want %d/5), marked %v; output:\n%s", v.passed, v.total, want, v.marked, v.output)
+				}
+				if !strings.Contains(v.output, "runs on the toolchain's Python 3.11") {
+					t.Errorf("uvx -p 3.13 did not say which Python it used:\n%s", v.output)
+				}
+			})
+		}
+	}
+}
+
+// TestSealedVerifierExampleTasks runs the oracle of every example task and
+// verifies it sealed: the tamper check stays clean and test.sh (pytest on the
+// toolchain's Python) exits 0.
+func TestSealedVerifierExampleTasks(t *testing.T) {
+	r := newRig(t)
+	dirs, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "examples/tasks/*"))
+	for _, dir := range dirs {
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			r.t = t
+			img := r.image(dir, r.baseTag())
+			id := r.sandbox(img)
+			r.copyDir(id, filepath.Join(dir, "solution"), "/solution")
+			ins, _ := r.cli.ContainerInspect(context.Background(), id)
+			if code, out := r.exec(id, []string{"bash", "/solution/solve.sh"}, nil, ins.Config.WorkingDir); code != 0 {
+				t.Fatalf("solve.sh: %d %s", code, out)
+			}
+			f, err := sandbox.TamperCheck(context.Background(), r.cli, id, ins.Config.WorkingDir)
+			if err != nil || len(f) != 0 {
+				t.Fatalf("tamper check on the oracle: %v %v", f, err)
+			}
+			v := r.verify(id, dir)
+			sh := func(script string) string {
+				_, out := r.exec(id, []string{sandbox.ToolchainMount + "/bin/bash", "-c", script}, append(sandbox.ToolchainExecEnv, "PATH="+sandbox.ToolchainMount+"/bin"), "/")
+				return strings.TrimSpace(out)
+			}
+			cases := sh("grep -o '<testcase' /logs/verifier/junit.xml | wc -l")
+			fails := sh("grep -o '<failure\\|<error' /logs/verifier/junit.xml | wc -l")
+			t.Logf("%s: %s test cases, %s failed, runner marked %v, verify took %s", filepath.Base(dir), cases, fails, v.marked, v.took)
+			if cases == "0" || fails != "0" || !v.marked {
+				t.Fatalf("the oracle did not pass sealed: %s cases, %s failed, marked %v\n%s", cases, fails, v.marked, v.output)
+			}
+		})
+	}
+}
+
+// cheatsFlagged are the cheat scripts TamperCheck must flag; the others are
+// defeated by sealing alone (flagging them would flag oracles too).
+var cheatsFlagged = map[string][]string{
+	"root-pytest-config.sh": {"/conftest.py", "/pyproject.toml", "/pytest.ini"},
+	"ld-preload.sh":         {"/etc/ld.so.preload"},
+	"symlinks.sh":           {"/logs/verifier", "/tests"},
+	"workdir-shadow.sh":     {"/app/pytest", "/app/pytest.py"},
+	"nss-module.sh":         {"/etc/nsswitch.conf", "/usr/lib/x86_64-linux-gnu/libnss_db.so.2", "/usr/lib/x86_64-linux-gnu/libnss_evil.so.2"},
+	"sitecustomize.sh":      {"/app/sitecustomize.py", "/app/usercustomize.py"},
+}
+
+func TestSealedVerifierDefeatsCheats(t *testing.T) {
+	r := newRig(t)
+	dir := filepath.Join(testenv.RepoRoot(), "examples/tb2/word-frequency")
+	img := r.image(dir, r.baseTag())
+	cheats, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "examples/cheats/*.sh"))
+	if len(cheats) < 10 {
+		t.Fatalf("only %d cheat scripts", len(cheats))
+	}
+	for _, c := range cheats {
+		name := filepath.Base(c)
+		t.Run(name, func(t *testing.T) {
+			r.t = t
+			id := r.sandbox(img)
+			script := readFile(t, c)
+			if code, out := r.exec(id, []string{"bash", "-c", script}, nil, ""); code != 0 || !strings.Contains(out, "planted") {
+				t.Fatalf("planting: %d %s", code, out)
+			}
+			f, err := sandbox.TamperCheck(context.Background(), r.cli, id, "/app")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var paths []string
+			for _, x := range f {
+				paths = append(paths, x.Path)
+			}
+			sort.Strings(paths)
+			paths = compact(paths)
+			if want := cheatsFlagged[name]; strings.Join(paths, " ") != strings.Join(want, " ") {
+				t.Errorf("flagged %v, want %v (%v)", paths, want, f)
+			}
+			v := r.verify(id, dir)
+			t.Logf("%s: flagged %v; %d/%d passed, reward %q, verify took %s", name, paths, v.passed, v.total, v.reward, v.took)
+			if v.passed != 0 || v.total != 5 || v.reward != "0" || !v.marked {
+				t.Fatalf("the cheat reached the verdict: %d/%d passed, reward %q, marked %v\n%s", v.passed, v.total, v.reward, v.marked, v.output)
+			}
+		})
+	}
+}
+
+func compact(s []string) []string {
+	var out []string
+	for i, x := range s {
+		if i == 0 || x != s[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
