@@ -1,13 +1,17 @@
 """Batches: a directory of trajectory safetensors files plus meta.json.
 
-meta.json: {"trajectories": [{"file": "traj-0000.safetensors", "reward": 0.25, ...}, ...]}
+meta.json: {"trajectories": [{"file": "traj-0000.safetensors", "reward": 0.25,
+"temperature": 1.0, ...}, ...]}; temperature (default 1.0, must be > 0) is the
+sampling temperature, at which the trainer computes the policy's log-probs.
 Each file holds tokens (int32 [T]), loss_mask (uint8 [T]), logprobs (float32 [T],
 the sampler's log-prob of each loss token) and, for PPO, routed_experts
 (integer [P, layers, top_k], P >= T-1: the sampler's expert choice at every
 position it processed).
 """
 import json
+import math
 import os
+from collections import namedtuple
 from dataclasses import dataclass
 
 import torch
@@ -27,6 +31,11 @@ class Trajectory:
     logprobs: torch.Tensor      # (T,) float
     routing: torch.Tensor       # (T-1, L, k) long, or None
     reward: float
+    temperature: float = 1.0    # the sampler's temperature: log-probs are of logits / temperature
+
+
+# A batch stacked for the training forward over tokens[:-1]; position j predicts token j+1.
+Padded = namedtuple("Padded", "inputs targets mask sampler_logp routing temperature")
 
 
 def load(batch_dir, n_layer, n_experts, top_k, need_routing):
@@ -62,8 +71,18 @@ def load(batch_dir, n_layer, n_experts, top_k, need_routing):
         reward = e.get("reward", 0.0)
         if not isinstance(reward, (int, float)):
             raise ValueError(f"{where}.reward must be a number")
-        out.append(Trajectory(path, tokens, mask, logp, routing, float(reward)))
+        out.append(Trajectory(path, tokens, mask, logp, routing, float(reward), temperature_of(e, where)))
     return meta, out
+
+
+def temperature_of(entry, where):
+    """The sampling temperature of one trajectory: PPO's ratio compares
+    log-probs of the distribution the sampler drew from, logits / temperature."""
+    t = entry.get("temperature", 1.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise ValueError(f"{where}.temperature = {t!r} must be a number > 0 (the sampling temperature; "
+                         "greedy (0) rollouts have no log-probs to train PPO on)")
+    return float(t)
 
 
 def validate_routing(path, r, T, n_layer, n_experts, top_k):
@@ -84,13 +103,14 @@ def validate_routing(path, r, T, n_layer, n_experts, top_k):
 
 
 def pad(trajs, device):
-    """Stack trajectories for the training forward over tokens[:-1]."""
+    """Stack trajectories for the training forward over tokens[:-1] (a Padded)."""
     n = max(t.tokens.shape[0] for t in trajs)
     B = len(trajs)
     inputs = torch.zeros(B, n - 1, dtype=torch.long)
     targets = torch.zeros(B, n - 1, dtype=torch.long)
     mask = torch.zeros(B, n - 1, dtype=torch.bool)
     old = torch.zeros(B, n - 1)
+    temperature = torch.tensor([t.temperature for t in trajs]).view(B, 1, 1)
     routing = None
     if trajs[0].routing is not None:
         L, k = trajs[0].routing.shape[1:]
@@ -100,9 +120,9 @@ def pad(trajs, device):
         T = t.tokens.shape[0]
         inputs[i, :T - 1] = t.tokens[:-1]
         targets[i, :T - 1] = t.tokens[1:]
-        mask[i, :T - 1] = t.loss_mask[1:]
+        mask[i, :T - 1] = t.loss_mask[1:]     # position j predicts token j+1: train it where j+1 was sampled
         old[i, :T - 1] = t.logprobs[1:]
         if routing is not None:
-            routing[i, :T - 1] = t.routing
+            routing[i, :T - 1] = t.routing       # R3: the experts that processed position j
     move = lambda x: None if x is None else x.to(device)
-    return move(inputs), move(targets), move(mask), move(old), move(routing)
+    return Padded(move(inputs), move(targets), move(mask), move(old), move(routing), move(temperature))

@@ -10,7 +10,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tests"))
 import batch as B  # noqa: E402
-from helpers import make_engine, make_trainer, rollout, write_batch  # noqa: E402
+from helpers import episode, make_engine, make_trainer, rollout, write_batch  # noqa: E402
 
 
 def timed(fn):
@@ -24,7 +24,7 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         # Inference: the same requests with and without routing capture, interleaved.
-        eng = make_engine(seed=0)
+        eng = make_engine(seed=0, radix_cache=False)   # the same prompt each time: measure decoding, not the cache
         prompt = [257] + list(b"bench prompt: list the files in /app and count them")
         n_new, reps = 128, 4
         plain = capture = 0.0
@@ -37,6 +37,20 @@ def main():
         rows.append(("inference, generated tokens/s, without routing capture", f"{tok_plain:.0f}", ""))
         rows.append(("inference, generated tokens/s, with routing capture", f"{tok_cap:.0f}", f"capture overhead {plain and capture / plain:.2f}×"))
 
+        # Multi-turn episodes (each turn resends the whole history), prefix cache on and off.
+        turns, per_turn, episodes = 6, 32, 3
+        speed = {}
+        for cache in (True, False):
+            e = make_engine(seed=0, radix_cache=cache)
+            t0 = time.perf_counter()
+            made = [episode(e, prompt, turns=turns, max_new=per_turn, seed=i, output="x" * 200 + "\n") for i in range(episodes)]
+            speed[cache] = sum(b - a for t in made for a, b in t["turns"]) / (time.perf_counter() - t0)
+        ctx = int(made[-1]["tokens"].shape[0])
+        rows.append((f"inference, generated tokens/s, {turns}-turn episodes, prefix cache", f"{speed[True]:.0f}",
+                     f"{speed[True] / speed[False]:.2f}× the uncached figure; episodes end at ~{ctx} tokens"))
+        rows.append((f"inference, generated tokens/s, {turns}-turn episodes, --disable-radix-cache", f"{speed[False]:.0f}",
+                     "every turn re-runs (and re-routes) its whole context"))
+
         # Trainer throughput on a batch of sampled trajectories.
         trajs = [rollout(eng, prompt, max_new=192, seed=i) for i in range(8)]
         d = write_batch(os.path.join(tmp, "b"), trajs, [i / 8 for i in range(8)])
@@ -46,7 +60,8 @@ def main():
         rows.append(("trainer sft, tokens/s (2 epochs over 8 trajectories)", f"{2 * tokens / s:.0f}", f"{tokens} tokens per epoch"))
         tr2 = make_trainer(os.path.join(tmp, "w2"), seed=0)
         res, s = timed(lambda: tr2._run("ppo_step", {"key": "bench/ppo", "batch_dir": d}, tr2.ppo_step))
-        rows.append(("trainer ppo_step, tokens/s (old/replay/free forwards, update, critic)", f"{tokens / s:.0f}", f"{s:.2f} s per step"))
+        rows.append(("trainer ppo_step, tokens/s (old/free forwards, update epochs × minibatches, critic)",
+                     f"{tokens / s:.0f}", f"{s:.2f} s per step; approx_kl {res['approx_kl']:.2g}, clipfrac {res['clipfrac']:.2f}"))
 
         # Train-inference log-prob gap, bf16 sampling against the fp32 trainer.
         gaps = {}
@@ -57,13 +72,8 @@ def main():
             t3 = make_trainer(os.path.join(tmp, "w" + dtype), seed=5)
             cfg = t3.actor.cfg
             _, tt = B.load(dd, cfg.n_layer, cfg.n_experts, cfg.top_k, True)
-            inputs, targets, mask, sampler, routing = B.pad(tt, "cpu")
-            with torch.no_grad():
-                rep, _ = t3._logp(inputs, targets, routing)
-                free, _ = t3._logp(inputs, targets, None)
-                _, own = t3.actor(inputs)
-            flips = (own.sort(-1).values != routing.sort(-1).values).any(-1)[mask].float().mean()
-            gaps[dtype] = (float((rep - sampler)[mask].abs().mean()), float((free - sampler)[mask].abs().mean()), float(flips))
+            g = t3.logprob_gaps(B.pad(tt, "cpu"))
+            gaps[dtype] = (float(g["gap_replay"].mean()), float(g["gap_free"].mean()), float(g["flips"].float().mean()))
     print("## Reference trainer and inference (CPU)\n")
     print(f"PyTorch {torch.__version__}, {torch.get_num_threads()} threads, model {cfg.n_layer} layers × d {cfg.d_model}, "
           f"{cfg.n_experts} experts top-{cfg.top_k}.\n")

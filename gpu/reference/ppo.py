@@ -21,23 +21,51 @@ class Hyper:
     clip_coef: float = 0.2
     vf_coef: float = 0.5
     ent_coef: float = 0.0
-    kl_coef: float = 0.0          # no KL term: a frozen reference would route differently
-    lb_coef: float = 0.0          # MoE load balancing fights routing replay
+    kl_coef: float = 0.0          # no KL term: a frozen reference would route differently (only 0 accepted)
+    lb_coef: float = 0.0          # MoE load balancing fights routing replay (only 0 accepted)
     max_grad_norm: float = 1.0
-    update_epochs: int = 1
-    minibatches: int = 1
+    # Several optimizer steps per rollout batch (the paper does not state its
+    # counts): from the second minibatch on, the policy differs from the one
+    # that computed the old log-probs, so the ratio leaves 1 and the clip acts.
+    # One epoch of one minibatch is plain policy gradient: ratio 1, clipfrac 0.
+    # minibatches also splits sft and critic_fit epochs.
+    update_epochs: int = 2
+    minibatches: int = 4
     max_minibatch: int = 8        # trajectories per minibatch at most (memory)
     norm_adv: bool = False        # the critic is the only baseline
     epochs: int = 1               # for sft and critic_fit
 
     @classmethod
     def from_dict(cls, d, preset=None):
+        if preset is not None and preset not in PRESETS:
+            raise ValueError(f"preset = {preset!r} is unknown (known: {', '.join(sorted(PRESETS))})")
         base = asdict(PRESETS[preset]) if preset else asdict(cls())
         for k, v in (d or {}).items():
             if k not in base:
                 raise ValueError(f"hyperparameters: unknown key {k!r} (known: {', '.join(sorted(base))})")
             base[k] = type(base[k])(v)
-        return cls(**base)
+        h = cls(**base)
+        h.validate()
+        return h
+
+    def validate(self):
+        """Refuse what the reference does not implement rather than ignore it."""
+        if self.kl_coef != 0:
+            raise ValueError(f"hyper.kl_coef = {self.kl_coef} is not supported: only 0 (the T1 recipe has no KL "
+                             "penalty; a frozen reference routes with its own experts and would charge the "
+                             "policy for bookkeeping)")
+        if self.lb_coef != 0:
+            raise ValueError(f"hyper.lb_coef = {self.lb_coef} is not supported: only 0 (the T1 recipe has no MoE "
+                             "load-balancing loss; balancing fights routing replay)")
+        for k in ("update_epochs", "minibatches", "max_minibatch", "epochs"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"hyper.{k} = {getattr(self, k)} must be >= 1")
+        for k in ("clip_coef", "max_grad_norm"):
+            if not getattr(self, k) > 0:
+                raise ValueError(f"hyper.{k} = {getattr(self, k)} must be > 0")
+        for k in ("actor_lr", "critic_lr", "vf_coef", "ent_coef"):
+            if not getattr(self, k) >= 0:
+                raise ValueError(f"hyper.{k} = {getattr(self, k)} must be >= 0")
 
 
 PRESETS = {

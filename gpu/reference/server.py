@@ -7,14 +7,23 @@ To reproduce the train-inference mismatch, it can sample in bfloat16
 (--sample-dtype) and jitter the router's selection (--router-jitter). For
 fault-injection tests it can drop routing from a fraction of responses
 (--drop-routing-frac).
+
+Like SGLang's radix cache, a prefix cache keeps the attention keys/values and
+the routed experts of every token it has processed, so a multi-turn episode's
+context is computed (and routed) once: a later turn reuses the recorded
+routing of its prefix and only new positions are routed afresh. Without it
+(--disable-radix-cache) every turn re-routes the whole context, with new
+router noise, and the routing an episode recorded at earlier turns is no
+longer the routing later turns were sampled under.
 """
 import argparse
 import base64
-import copy
 import json
+import math
 import os
 import random
 import threading
+from collections import OrderedDict
 
 import numpy as np
 import torch
@@ -25,6 +34,73 @@ import model as M
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
+def sampling_temperature(sp):
+    t = sp.get("temperature", 1.0)
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
+        raise httpjson.HTTPError(400, f"sampling_params.temperature = {t!r} must be a number >= 0 "
+                                      "(0 samples greedily; PPO needs rollouts sampled at > 0)")
+    return float(t)
+
+
+# SGLang's finish reasons, in its meta_info shape; the server returns no other.
+def finish_stop(token):
+    return {"type": "stop", "matched": token}      # a stop token (eos or stop_token_ids) was sampled
+
+
+def finish_length(n):
+    return {"type": "length", "length": n}         # max_new_tokens reached
+
+
+def finish_abort(message):
+    return {"type": "abort", "message": message}   # the request was abandoned; output so far is returned
+
+
+class PrefixCache:
+    """Token sequences the model has processed, each with its per-layer
+    keys/values (L x (1, heads, n, hs)) and routed experts (n, L, k); least
+    recently used first out, bounded by the tokens held. A lookup returns the
+    longest common prefix with any entry, as a radix tree would; an entry that
+    is a prefix of a newer one is dropped, since the newer one holds it."""
+
+    def __init__(self, max_tokens):
+        self.max_tokens = max_tokens
+        self.entries = OrderedDict()   # id -> (tokens np.int64 (n,), kv, routing)
+        self.tokens = 0
+        self.next_id = 0
+
+    def lookup(self, ids):
+        """(entry or None, n): the entry sharing the longest prefix with ids, and that length."""
+        ids = np.asarray(ids, dtype=np.int64)
+        best, best_n = None, 0
+        for key, e in self.entries.items():
+            m = min(len(e[0]), len(ids))
+            diff = np.flatnonzero(e[0][:m] != ids[:m])
+            n = int(diff[0]) if diff.size else m
+            if n > best_n:
+                best, best_n = key, n
+        if best is None:
+            return None, 0
+        self.entries.move_to_end(best)
+        return self.entries[best], best_n
+
+    def insert(self, ids, kv, routing):
+        ids = np.asarray(ids, dtype=np.int64)
+        n = len(ids)
+        if n > self.max_tokens:
+            return
+        for key in [k for k, e in self.entries.items() if len(e[0]) <= n and np.array_equal(e[0], ids[:len(e[0])])]:
+            self.tokens -= len(self.entries.pop(key)[0])
+        while self.entries and self.tokens + n > self.max_tokens:
+            self.tokens -= len(self.entries.popitem(last=False)[1][0])
+        self.entries[self.next_id] = (ids, kv, routing)
+        self.next_id += 1
+        self.tokens += n
+
+    def clear(self):
+        self.entries.clear()
+        self.tokens = 0
+
+
 class Engine:
     def __init__(self, args):
         self.args = args
@@ -32,6 +108,7 @@ class Engine:
         self.tok = M.Tokenizer()
         self.fault_rng = random.Random(args.fault_seed)
         self.device = args.device
+        self.cache = None if getattr(args, "disable_radix_cache", False) else PrefixCache(getattr(args, "prefix_cache_tokens", 1 << 16))
         served = self.last_served()
         if served:
             # A restarted server comes back serving what it served before,
@@ -48,6 +125,8 @@ class Engine:
         m.eval()
         self.model = m.to(self.device, DTYPES[self.args.sample_dtype])
         self.weight_version, self.model_path = version, path
+        if getattr(self, "cache", None) is not None:
+            self.cache.clear()   # new weights: nothing computed by the old ones is valid
 
     def load(self, path):
         m, meta = M.load_checkpoint(path, "model", self.device)
@@ -88,7 +167,31 @@ class Engine:
             "vocab_size": c.vocab_size, "block_size": c.block_size, "max_total_num_tokens": c.block_size,
             "special_tokens": self.tok.special, "sample_dtype": self.args.sample_dtype,
             "router_jitter": self.args.router_jitter,
+            "radix_cache": self.cache is not None, "prefix_cache_tokens": self.cache.max_tokens if self.cache else 0,
         }
+
+    def _prefill(self, ids, jitter):
+        """Run the prompt; return per-layer KV caches, the last logits, the routing
+        of every prompt position, and how many positions came from the prefix cache.
+        Cached positions keep their recorded experts (R3 stays exact across turns);
+        only new positions are routed afresh, with the router's noise."""
+        caches = [{} for _ in range(self.model.cfg.n_layer)]
+        entry, c = self.cache.lookup(ids) if self.cache is not None else (None, 0)
+        n = len(ids)
+        reuse = min(c, n - 1)   # the last prompt position runs again: its logits start the reply
+        x = torch.tensor([ids], device=self.device)
+        routes = []
+        if reuse > 0:
+            for layer, (k, v) in zip(caches, entry[1]):
+                layer["k"], layer["v"] = k[:, :, :reuse], v[:, :, :reuse]
+            routes.append(entry[2][:reuse])
+        if c > reuse:   # the whole prompt was cached: replay its last position's experts
+            logits, r = self.model(x[:, reuse:c], routing=entry[2][reuse:c].unsqueeze(0), caches=caches, start=reuse)
+            routes.append(r[0])
+        if n > c:
+            logits, r = self.model(x[:, c:], caches=caches, start=c, jitter=jitter)
+            routes.append(r[0])
+        return caches, logits, routes, reuse
 
     @torch.no_grad()
     def generate(self, req):
@@ -101,7 +204,7 @@ class Engine:
         if min(ids) < 0 or max(ids) >= V:
             raise httpjson.HTTPError(400, f"input_ids holds a token outside [0, {V})")
         sp = req.get("sampling_params") or {}
-        temperature = float(sp.get("temperature", 1.0))
+        temperature = sampling_temperature(sp)
         top_p = float(sp.get("top_p", 1.0))
         max_new = int(sp.get("max_new_tokens", 128))
         stop_ids = set(sp.get("stop_token_ids") or []) | {self.tok.eos}
@@ -111,18 +214,21 @@ class Engine:
         start_len = int(req.get("routed_experts_start_len", 0))
         gen = torch.Generator().manual_seed(int(sp["seed"])) if "seed" in sp else None
         jitter = self.args.router_jitter
+        # Greedy (temperature 0) reports log-probs at temperature 1, as SGLang
+        # does (it samples top_k = 1 at temperature 1); PPO cannot train on them.
+        scale = temperature if temperature > 0 else 1.0
 
         with self.lock:
-            caches = [{} for _ in range(self.model.cfg.n_layer)]
-            x = torch.tensor([ids], device=self.device)
-            logits, routing = self.model(x, caches=caches, jitter=jitter)
-            routes = [routing[0]]
-            out_ids, logprobs, finish = [], [], {"type": "length", "length": max_new}
+            caches, logits, routes, cached = self._prefill(ids, jitter)
+            out_ids, logprobs, finish = [], [], finish_length(max_new)
             pos = len(ids)
             for _ in range(max_new):
                 last = logits[0, -1].float()
-                lp = torch.log_softmax(last / max(temperature, 1e-6), dim=-1)
-                if temperature <= 0:
+                if not torch.isfinite(last).all():
+                    finish = finish_abort(f"non-finite logits at position {pos}")
+                    break
+                lp = torch.log_softmax(last / scale, dim=-1)   # log-probs of the distribution sampled from
+                if temperature == 0:
                     t = int(last.argmax())
                 else:
                     probs = lp.exp()
@@ -134,27 +240,31 @@ class Engine:
                 out_ids.append(t)
                 logprobs.append(float(lp[t]))
                 if t in stop_ids:
-                    finish = {"type": "stop", "matched": t}
+                    finish = finish_stop(t)
                     break
                 if len(out_ids) == max_new:
                     break
                 logits, routing = self.model(torch.tensor([[t]], device=self.device), caches=caches, start=pos, jitter=jitter)
                 routes.append(routing[0])
                 pos += 1
-            if want_routing and out_ids:
+            if want_routing and out_ids and finish["type"] != "abort":
                 # The last sampled token has not been through the model yet:
                 # process it too, so routing covers every position.
                 _, routing = self.model(torch.tensor([[out_ids[-1]]], device=self.device), caches=caches, start=pos, jitter=jitter)
                 routes.append(routing[0])
+            routes = torch.cat(routes, dim=0)   # (positions processed, L, k)
+            if self.cache is not None and finish["type"] != "abort":
+                processed = (ids + out_ids)[:routes.shape[0]]
+                self.cache.insert(processed, [(c["k"], c["v"]) for c in caches], routes)
 
         meta = {
-            "prompt_tokens": len(ids), "completion_tokens": len(out_ids), "finish_reason": finish,
-            "weight_version": self.weight_version,
+            "prompt_tokens": len(ids), "completion_tokens": len(out_ids), "cached_tokens": cached,
+            "finish_reason": finish, "weight_version": self.weight_version,
         }
         if req.get("return_logprob"):
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, out_ids)]
         if want_routing:
-            r = torch.cat(routes, dim=0)[start_len:].to(torch.int32).cpu().numpy()  # (positions, L, k)
+            r = routes[start_len:].to(torch.int32).cpu().numpy()  # (positions, L, k)
             if self.args.drop_routing_frac > 0 and self.fault_rng.random() < self.args.drop_routing_frac:
                 meta["routed_experts_dropped"] = True  # fault injection: routing "lost"
             else:
@@ -184,7 +294,7 @@ class Engine:
         ids_out = out["output_ids"]
         if ids_out and ids_out[-1] == self.tok.im_end:
             ids_out = ids_out[:-1]
-        finish = "stop" if out["meta_info"]["finish_reason"]["type"] == "stop" else "length"
+        finish = out["meta_info"]["finish_reason"]["type"]   # stop, length or abort
         return {
             "id": "chatcmpl-t1flow", "object": "chat.completion", "model": req.get("model", self.weight_version),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": self.tok.decode(ids_out)}, "finish_reason": finish}],
@@ -195,7 +305,15 @@ class Engine:
     def tokenize(self, req):
         if not isinstance(req.get("text"), str):
             raise httpjson.HTTPError(400, "text must be a string")
-        ids = self.tok.encode(req["text"], allow_special=req.get("add_special_tokens", True))
+        split = req.get("split_special_tokens", False)
+        if not isinstance(split, bool):
+            raise httpjson.HTTPError(400, "split_special_tokens must be true or false")
+        # split_special_tokens (Hugging Face tokenizers' name): special-token text
+        # such as "<|im_end|>" in terminal output is encoded as its plain bytes,
+        # never as a control token. add_special_tokens: false does the same (kept
+        # for older clients).
+        allow = req.get("add_special_tokens", True) and not split
+        ids = self.tok.encode(req["text"], allow_special=allow)
         return {"tokens": ids, "count": len(ids), "max_model_len": self.model.cfg.block_size}
 
     def detokenize(self, req):
@@ -228,6 +346,9 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--sample-dtype", choices=list(DTYPES), default="float32")
     ap.add_argument("--router-jitter", type=float, default=0.0, help="std of noise added to router logits when selecting experts")
+    ap.add_argument("--disable-radix-cache", action="store_true",
+                    help="no prefix cache: every request re-runs (and re-routes) its whole prompt, as SGLang's flag of that name")
+    ap.add_argument("--prefix-cache-tokens", type=int, default=1 << 16, help="tokens the prefix cache holds at most (LRU)")
     ap.add_argument("--drop-routing-frac", type=float, default=0.0, help="fault injection: share of responses whose routing is dropped")
     ap.add_argument("--fault-seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")

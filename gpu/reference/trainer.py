@@ -171,9 +171,14 @@ class Trainer:
             time.sleep(self.args.slow_ms / 1000)   # for crash tests: widen the window
 
     # ---- forward helpers ---------------------------------------------------
-    def _logp(self, inputs, targets, routing):
+    def _logp(self, inputs, targets, routing, temperature=None):
+        """Log-prob and entropy of each target under the policy at the sampling
+        temperature (B, 1, 1): the distribution the sampler actually drew from."""
         logits, _ = self.actor(inputs, routing=routing)
-        logp_all = F.log_softmax(logits.float(), dim=-1)
+        logits = logits.float()
+        if temperature is not None:
+            logits = logits / temperature
+        logp_all = F.log_softmax(logits, dim=-1)
         logp = logp_all.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
@@ -187,9 +192,14 @@ class Trainer:
             return B.load(d, c.n_layer, c.n_experts, c.top_k, need_routing)
         except B.RoutingError as e:
             raise httpjson.HTTPError(422, f"RoutingMissing: {e}")
+        except (ValueError, FileNotFoundError) as e:
+            raise httpjson.HTTPError(400, str(e))
 
     def _hyper(self, req):
-        return ppo.Hyper.from_dict(req.get("hyper"), req.get("preset"))
+        try:
+            return ppo.Hyper.from_dict(req.get("hyper"), req.get("preset"))
+        except (ValueError, TypeError) as e:
+            raise httpjson.HTTPError(400, str(e))
 
     @staticmethod
     def _set_lr(opt, lr):
@@ -219,7 +229,7 @@ class Trainer:
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
         self._set_lr(self.actor_opt, h.actor_lr)
-        inputs, targets, mask, _, _ = B.pad(trajs, self.device)
+        inputs, targets, mask = B.pad(trajs, self.device)[:3]   # SFT targets are not samples: temperature 1
         total = h.epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
         step, losses, tokens = 0, [], 0
         self.actor.train()
@@ -246,7 +256,8 @@ class Trainer:
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
         self._set_lr(self.critic_opt, h.critic_lr)
-        inputs, _, mask, _, _ = B.pad(trajs, self.device)
+        p = B.pad(trajs, self.device)
+        inputs, mask = p.inputs, p.mask
         with torch.no_grad():
             v0 = self._values(inputs)
         _, ret = self._advantages(trajs, v0, mask, h)
@@ -271,18 +282,32 @@ class Trainer:
         return {"value_loss": losses[-1], "explained_variance_before": ev_before, "explained_variance": ev_after,
                 "trajectories": len(trajs), "tokens": int(mask.sum())}
 
+    def logprob_gaps(self, p):
+        """The train-inference gap on a padded batch: |trainer - sampler| log-prob
+        of each loss token with R3 replay and with the trainer's own routing, and
+        which loss tokens the trainer would route differently at some layer."""
+        with torch.no_grad():
+            replayed, _ = self._logp(p.inputs, p.targets, p.routing, p.temperature)
+            free, _ = self._logp(p.inputs, p.targets, None, p.temperature)
+            _, own = self.actor(p.inputs)
+        flips = (own.sort(-1).values != p.routing.sort(-1).values).any(-1).any(-1)
+        return {"replayed": replayed, "gap_replay": (replayed - p.sampler_logp)[p.mask].abs(),
+                "gap_free": (free - p.sampler_logp)[p.mask].abs(), "flips": flips[p.mask]}
+
     def ppo_step(self, req):
         h = self._hyper(req)
         meta, trajs = self._load_batch(req, need_routing=True)
         self._set_lr(self.actor_opt, h.actor_lr)
         self._set_lr(self.critic_opt, h.critic_lr)
-        inputs, targets, mask, sampler_logp, routing = B.pad(trajs, self.device)
+        p = B.pad(trajs, self.device)
+        inputs, targets, mask, routing, temp = p.inputs, p.targets, p.mask, p.routing, p.temperature
+        # The old log-probs: this policy, before the update, on the sampler's
+        # experts (R3), computed once so every later minibatch's ratio measures
+        # how far the update has moved.
+        gaps = self.logprob_gaps(p)
+        old_logp = gaps["replayed"]
         with torch.no_grad():
-            old_logp, _ = self._logp(inputs, targets, routing)           # R3: the sampler's experts
-            free_logp, _ = self._logp(inputs, targets, None)             # the trainer's own choice
             values = self._values(inputs)
-        gap_replay = float((old_logp - sampler_logp)[mask].abs().mean())
-        gap_free = float((free_logp - sampler_logp)[mask].abs().mean())
         adv, ret = self._advantages(trajs, values, mask, h)
         ev = ppo.explained_variance(values[mask], ret[mask])
         total = h.update_epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
@@ -296,7 +321,7 @@ class Trainer:
                 a = adv[mb][m]
                 if h.norm_adv and a.numel() > 1:
                     a = (a - a.mean()) / (a.std() + 1e-8)
-                new_logp, ent = self._logp(inputs[mb], targets[mb], routing[mb])
+                new_logp, ent = self._logp(inputs[mb], targets[mb], routing[mb], temp[mb])
                 pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef)
                 entropy = ent[m].mean()
                 v = self._values(inputs[mb])
@@ -316,7 +341,9 @@ class Trainer:
                 self._tick(step, total, policy_loss=float(pg), value_loss=float(vl))
         out = {k: sum(v) / len(v) for k, v in stats.items()}
         out.update({
-            "explained_variance": ev, "logprob_gap_replay": gap_replay, "logprob_gap_noreplay": gap_free,
+            "explained_variance": ev,
+            "logprob_gap_replay": float(gaps["gap_replay"].mean()), "logprob_gap_noreplay": float(gaps["gap_free"].mean()),
+            "logprob_gap_replay_max": float(gaps["gap_replay"].max()),
             "reward_mean": sum(t.reward for t in trajs) / len(trajs), "trajectories": len(trajs),
             "tokens": int(mask.sum()),
             "policy_versions": sorted({str(e.get("policy_version", "")) for e in meta["trajectories"]}),
@@ -324,42 +351,47 @@ class Trainer:
         return out
 
     # ---- checkpoints -------------------------------------------------------
-    def save(self, req):
+    def _with_dir(self, req, fn):
         d = req.get("dir")
         if not d:
             raise httpjson.HTTPError(400, "dir is required")
         with self.lock:
-            tmp = d.rstrip("/") + ".tmp"
-            shutil.rmtree(tmp, ignore_errors=True)
-            M.save_checkpoint(self.actor, tmp, "model", {"version": f"v{self.version}"})
-            M.save_checkpoint(self.critic, tmp, "critic")
-            files = []
-            for name in sorted(os.listdir(tmp)):
-                with open(os.path.join(tmp, name), "rb") as f:
-                    b = f.read()
-                files.append({"name": name, "sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)})
-            manifest = {"version": self.version, "weight_version": f"v{self.version}", "files": files,
-                        "config": json.load(open(os.path.join(tmp, "model.json")))}
-            with open(os.path.join(tmp, "manifest.json"), "w") as f:
-                json.dump(manifest, f, indent=2)
-            shutil.rmtree(d, ignore_errors=True)
-            os.replace(tmp, d)
-            return manifest
+            return fn(d)
+
+    def save(self, req):
+        return self._with_dir(req, self._save)
+
+    def _save(self, d):
+        tmp = d.rstrip("/") + ".tmp"
+        shutil.rmtree(tmp, ignore_errors=True)
+        M.save_checkpoint(self.actor, tmp, "model", {"version": f"v{self.version}"})
+        M.save_checkpoint(self.critic, tmp, "critic")
+        files = []
+        for name in sorted(os.listdir(tmp)):
+            with open(os.path.join(tmp, name), "rb") as f:
+                b = f.read()
+            files.append({"name": name, "sha256": hashlib.sha256(b).hexdigest(), "bytes": len(b)})
+        manifest = {"version": self.version, "weight_version": f"v{self.version}", "files": files,
+                    "config": json.load(open(os.path.join(tmp, "model.json")))}
+        with open(os.path.join(tmp, "manifest.json"), "w") as f:
+            json.dump(manifest, f, indent=2)
+        shutil.rmtree(d, ignore_errors=True)
+        os.replace(tmp, d)
+        return manifest
 
     def load(self, req):
-        d = req.get("dir")
-        if not d:
-            raise httpjson.HTTPError(400, "dir is required")
-        with self.lock:
-            actor, meta = M.load_checkpoint(d, "model", self.device)
-            self.actor = actor
-            self.critic = self._critic_from(d)
-            v = str(meta.get("version", "v0")).lstrip("v")
-            self.version = int(v) if v.isdigit() else 0
-            self._new_optimizers()
-            self._commit_state()
-            self.log(f"load {d} version={self.version}")
-            return {"version": self.version, "weight_version": f"v{self.version}"}
+        return self._with_dir(req, self._load)
+
+    def _load(self, d):
+        actor, meta = M.load_checkpoint(d, "model", self.device)
+        self.actor = actor
+        self.critic = self._critic_from(d)
+        v = str(meta.get("version", "v0")).lstrip("v")
+        self.version = int(v) if v.isdigit() else 0
+        self._new_optimizers()
+        self._commit_state()
+        self.log(f"load {d} version={self.version}")
+        return {"version": self.version, "weight_version": f"v{self.version}"}
 
     def health(self, _):
         return {"ok": True, "version": self.version, "device": self.device, "busy": self.lock.locked(),
