@@ -252,7 +252,7 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 	if in.Agent.APIKeyEnv != "" {
 		key = os.Getenv(in.Agent.APIKeyEnv)
 	}
-	cc := &inference.ChatClient{BaseURL: strings.TrimSuffix(in.Agent.Endpoint, "/"), Model: in.Agent.Model, APIKey: key}
+	cc := &inference.ChatClient{BaseURL: in.Agent.Endpoint, Model: in.Agent.Model, APIKey: key}
 	seg := segment{Turn: in.Turn, PaneOffset: ep.offset}
 	msgs := append([]inference.ChatMessage{}, ep.messages...)
 	if in.Turn == 0 {

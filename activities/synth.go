@@ -70,7 +70,7 @@ func (a *Activities) synthesizer(s SynthSpec) synth.Synthesizer {
 		if s.APIKeyEnv != "" {
 			key = os.Getenv(s.APIKeyEnv)
 		}
-		return synth.LLM{Chat: &inference.ChatClient{BaseURL: strings.TrimSuffix(s.Endpoint, "/"), Model: s.Model, APIKey: key}, Model: s.Model, Temperature: s.Temperature}
+		return synth.LLM{Chat: &inference.ChatClient{BaseURL: s.Endpoint, Model: s.Model, APIKey: key}, Model: s.Model, Temperature: s.Temperature}
 	}
 	return synth.Procedural{StepsPerRound: s.StepsPerRound}
 }
@@ -93,10 +93,10 @@ func (a *Activities) Synthesize(ctx context.Context, in SynthesizeInput) (Synthe
 		return SynthesizeResult{}, errs.SynthesisRejectedf("%v", err)
 	}
 	if err != nil {
-		if inference.Retryable(err) {
-			return SynthesizeResult{}, errs.Infraf("synthesizer: %v", err)
-		}
-		return SynthesizeResult{}, errs.SynthesisRejectedf("%v", err)
+		// The endpoint failed us (unreachable, HTTP error, timeout): never a
+		// rejection of the proposal. Retried; when retries run out the chain
+		// fails naming the endpoint.
+		return SynthesizeResult{}, errs.Infraf("synthesizer endpoint %s (model %q): %v", in.Synth.Endpoint, in.Synth.Model, err)
 	}
 	tmp, err := os.MkdirTemp("", "t1flow-synth-")
 	if err != nil {

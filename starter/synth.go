@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/t1flow/t1flow/activities"
@@ -106,7 +107,7 @@ func (r *synthRun) printJSON(w io.Writer, wid string) error {
 	s := r.res.Summary
 	return json.NewEncoder(w).Encode(map[string]any{
 		"run_id": r.id, "workflow_id": wid, "pool": r.pool, "synthesized": s.Synthesized,
-		"variations": s.Variations, "rejected": s.Rejected, "stopped_chains": s.Stopped,
+		"variations": s.Variations, "rejected": s.Rejected, "stopped_chains": s.Stopped, "failed_chains": s.Failed,
 		"categories": s.Categories, "solution_length": s.SolutionLength,
 		"added_to_pool": s.AddedToPool, "tasks": rows, "report": r.res.Report,
 	})
@@ -122,6 +123,20 @@ func (r *synthRun) print(w io.Writer) {
 	s := r.res.Summary
 	fmt.Fprintf(w, "\n%d tasks synthesized from %d seeds (%d candidates tried); %d added to pool %s\n", s.Synthesized, s.Seeds, s.Variations, s.AddedToPool, r.pool)
 	fmt.Fprintf(w, "rejected: %s\ncategories: %s\nsolution length: %s\nreport: %s\n", kv(s.Rejected), kv(s.Categories), kv(s.SolutionLength), r.res.Report.URI)
+}
+
+// failure makes a run whose chains failed (an unreachable or misconfigured
+// synthesizer endpoint, say) exit non-zero after printing, naming the cause.
+func (r *synthRun) failure() error {
+	if r.res.Summary.Failed == 0 {
+		return nil
+	}
+	for _, ch := range r.rep.Chains {
+		if strings.HasPrefix(ch.Stopped, workflows.ChainFailedPrefix) {
+			return fmt.Errorf("%d of %d chains failed; %s: %s", r.res.Summary.Failed, r.res.Summary.Chains, ch.Seed.Name, ch.Stopped)
+		}
+	}
+	return fmt.Errorf("%d of %d chains failed", r.res.Summary.Failed, r.res.Summary.Chains)
 }
 
 func (r *synthRun) targets() (any, *store.Ref, any) { return &r.res, &r.res.Report, &r.rep }

@@ -131,10 +131,14 @@ func followRun(ctx context.Context, st store.Store, l launch, noun string, asJSO
 		return err
 	}
 	if asJSON {
-		return out.printJSON(stdout, run.GetID())
+		err = out.printJSON(stdout, run.GetID())
+	} else {
+		out.print(stdout)
 	}
-	out.print(stdout)
-	return nil
+	if f, ok := out.(interface{ failure() error }); ok && err == nil {
+		err = f.failure()
+	}
+	return err
 }
 
 // waitWithProgress waits for a sweep-like workflow, printing its "progress"

@@ -138,13 +138,44 @@ func TestLLMSynthesizerOutputIsValidatedLikeProcedural(t *testing.T) {
 	var res workflows.SynthesisResult
 	r.run(t, workflows.SynthesisWorkflow, ids.SynthesisWorkflowID(runID, seeds[0].ID, 0), workflows.SynthesisInput{
 		RunID: runID, Seed: seeds[0], Rounds: 1, MaxVariations: 2, RNGSeed: 1,
-		Synth: activities.SynthSpec{Kind: "llm", Endpoint: inf.URL(), Model: "reference", Temperature: 1},
+		Synth: activities.SynthSpec{Kind: "llm", Endpoint: inf.URL() + "/v1", Model: "reference", Temperature: 1},
 	}, &res, 5*time.Minute)
-	// A random model writes no valid step: every variation is rejected as
-	// invalid output and the seed stops growing, with the reason recorded.
+	// The endpoint is given with /v1, as OpenAI clients often are. A random
+	// model writes no valid step: every variation is rejected as invalid
+	// output and the seed stops growing, with the reason recorded.
 	if len(res.Accepted) != 0 || len(res.Rejected) != 2 || res.Rejected[0].Class != "invalid_output" ||
 		!strings.Contains(res.Stopped, "synthesizer output rejected") {
 		t.Fatalf("%+v", res)
+	}
+}
+
+// An endpoint that answers HTTP errors is an infrastructure failure: retried,
+// then the chain fails naming the endpoint; no proposal is counted rejected.
+func TestLLMSynthesizerEndpointFailureFailsTheChain(t *testing.T) {
+	r := newRig(t, true)
+	inf := inference(t, "--seed", "3")
+	seeds := r.load(t, "../examples/seeds/greeting-file")
+	runID := fmt.Sprintf("llm-bad-%d", time.Now().UnixNano())
+	endpoint := inf.URL() + "/not-openai"
+	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
+		ID: ids.SynthesisWorkflowID(runID, seeds[0].ID, 0), TaskQueue: ids.ControlQueue, WorkflowExecutionTimeout: 3 * time.Minute,
+	}, workflows.SynthesisWorkflow, workflows.SynthesisInput{
+		RunID: runID, Seed: seeds[0], Rounds: 1, MaxVariations: 2, RNGSeed: 1,
+		Synth: activities.SynthSpec{Kind: "llm", Endpoint: endpoint, Model: "reference", Temperature: 1},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res workflows.SynthesisResult
+	err = run.Get(context.Background(), &res)
+	if err == nil {
+		t.Fatalf("the chain succeeded against a wrong endpoint: %+v", res)
+	}
+	if !strings.Contains(err.Error(), endpoint) || !strings.Contains(err.Error(), "404") {
+		t.Fatalf("the failure does not name the endpoint and its answer: %v", err)
+	}
+	if len(res.Rejected) != 0 {
+		t.Fatalf("endpoint failures were counted as rejections: %+v", res.Rejected)
 	}
 }
 

@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -125,7 +126,7 @@ func (s *synthesis) run(ctx workflow.Context) (SynthesisResult, error) {
 
 // variation synthesizes one candidate from cur and tests it. A rejected
 // candidate is recorded and comes back nil; an error means the workflow was
-// cancelled.
+// cancelled or the synthesizer's endpoint failed every retry.
 func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, lineage []string) (*RoundRecord, error) {
 	in := s.in
 	s.prog.Round, s.prog.Variation = round, v
@@ -152,6 +153,10 @@ func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, 
 		class := "infra"
 		if k := errorType(err); k == errs.SynthesisRejected || k == errs.TaskInvalid {
 			class = "invalid_output"
+		} else if workflow.GetVersion(ctx, "synth-infra-fails-chain", workflow.DefaultVersion, 1) == 1 {
+			// An endpoint that failed every retry says nothing about the
+			// proposal: the chain fails loudly instead of counting a rejection.
+			return nil, temporal.NewApplicationError(fmt.Sprintf("round %d variation %d: %s", round, v+1, oneLine(err)), errs.Infra)
 		}
 		return reject(class, oneLine(err))
 	}
@@ -182,6 +187,9 @@ func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, 
 		Oracle: fmt.Sprintf("%d/%d", o.Passed, o.Total), Nop: fmt.Sprintf("%d/%d", n.Passed, n.Total)}, nil
 }
 
+// ChainFailedPrefix starts a failed chain's Stopped reason.
+const ChainFailedPrefix = "chain failed: "
+
 // SynthSweepInput is seeds × chains, then the accepted tasks into a pool.
 type SynthSweepInput struct {
 	RunID         string               `json:"run_id"`
@@ -203,6 +211,7 @@ type SynthSummary struct {
 	Variations     int            `json:"variations"`  // candidates tried
 	Rejected       map[string]int `json:"rejected"`    // by class
 	Stopped        int            `json:"stopped"`     // chains that stopped growing early
+	Failed         int            `json:"failed"`      // chains that failed (e.g. the synthesizer endpoint), each named in its Stopped
 	Categories     map[string]int `json:"categories"`  // step categories of accepted rounds
 	SolutionLength map[string]int `json:"solution_length"`
 	AddedToPool    int            `json:"added_to_pool"`
@@ -264,7 +273,7 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 			prog.Done++
 			var r SynthesisResult
 			if err := f.Get(ctx, &r); err != nil {
-				r = SynthesisResult{Seed: in.Seeds[jobs[i].seed], Chain: jobs[i].chain, Stopped: "chain failed: " + oneLine(err)}
+				r = SynthesisResult{Seed: in.Seeds[jobs[i].seed], Chain: jobs[i].chain, Stopped: ChainFailedPrefix + oneLine(err)}
 			}
 			prog.Resolved += len(r.Accepted)
 			chains[i] = r
@@ -277,7 +286,9 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 	for _, c := range chains {
 		sum.Synthesized += len(c.Accepted)
 		sum.Variations += len(c.Accepted) + len(c.Rejected)
-		if c.Stopped != "" {
+		if strings.HasPrefix(c.Stopped, ChainFailedPrefix) {
+			sum.Failed++
+		} else if c.Stopped != "" {
 			sum.Stopped++
 		}
 		for _, r := range c.Rejected {

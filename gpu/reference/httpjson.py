@@ -21,12 +21,18 @@ def serve(host, port, routes, name):
             pass
 
         def _handle(self, method):
+            # Read the whole body whatever the answer: on a kept-alive
+            # connection unread bytes would be taken for the next request.
+            try:
+                n = int(self.headers.get("Content-Length") or 0)
+            except ValueError:
+                self.close_connection = True
+                return self._send(400, {"error": "Content-Length is not a number"})
+            raw = self.rfile.read(n) if n > 0 else b""
             fn = routes.get((method, self.path.split("?")[0]))
             if fn is None:
                 return self._send(404, {"error": f"no route {method} {self.path}"})
             try:
-                n = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(n) if n else b""
                 body = json.loads(raw) if raw else {}
                 if not isinstance(body, dict):
                     raise HTTPError(400, "request body must be a JSON object")
