@@ -2,7 +2,6 @@
 # Local state lives under .t1flow/ (override with T1FLOW_HOME).
 SHELL := /bin/bash
 export T1FLOW_HOME ?= $(CURDIR)/.t1flow
-export TEMPORAL_ADDRESS ?= 127.0.0.1:7233
 WORKFLOWCHECK_VERSION ?= v0.6.0
 VERSITYGW_VERSION ?= v1.8.0
 PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)

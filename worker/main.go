@@ -97,11 +97,16 @@ func run() error {
 		return fmt.Errorf("tracing: %w", err)
 	}
 	defer flush(context.Background())
-	c, err := config.Dial(ctx, level, tracing)
+	conn, err := config.LoadTemporal()
+	if err != nil {
+		return err
+	}
+	c, err := conn.Dial(ctx, level, tracing)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
+	fmt.Fprintln(os.Stderr, "worker: temporal", conn)
 	acts.Temporal = c
 
 	if sandboxRole {

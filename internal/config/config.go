@@ -1,19 +1,14 @@
 // Package config resolves where t1flow's local state lives and how to reach
-// Temporal: flags first, then the environment, then the local defaults.
+// Temporal: flags first, then the environment (and for Temporal, the SDK's
+// temporal.toml profiles), then the local defaults.
 package config
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
-
-	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/interceptor"
-	tlog "go.temporal.io/sdk/log"
 
 	"github.com/t1flow/t1flow/internal/store"
 )
@@ -45,32 +40,6 @@ func OpenStore(where string) (store.Store, error) {
 		return store.NewS3(cfg)
 	}
 	return store.NewLocal(where)
-}
-
-// Namespace is $TEMPORAL_NAMESPACE or "default".
-func Namespace() string {
-	if ns := os.Getenv("TEMPORAL_NAMESPACE"); ns != "" {
-		return ns
-	}
-	return "default"
-}
-
-// Dial connects to $TEMPORAL_ADDRESS (default localhost:7233).
-func Dial(ctx context.Context, logLevel slog.Level, interceptors ...interceptor.ClientInterceptor) (client.Client, error) {
-	addr := os.Getenv("TEMPORAL_ADDRESS")
-	if addr == "" {
-		addr = "127.0.0.1:7233"
-	}
-	c, err := client.DialContext(ctx, client.Options{
-		HostPort:     addr,
-		Namespace:    Namespace(),
-		Logger:       tlog.NewStructuredLogger(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: logLevel}))),
-		Interceptors: interceptors,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("temporal at %s: %w (start it with `make dev`)", addr, err)
-	}
-	return c, nil
 }
 
 // UIURL links a workflow in the Temporal UI ($T1FLOW_UI, default http://localhost:8233).
