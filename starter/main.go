@@ -47,8 +47,11 @@ commands:
                                     plots of reward, EV, log-prob gap, turns and evals per checkpoint
   trace ROLLOUT_ID|TASK_ID          a rollout's turns, assertions, reward, drift and routing reports
   reap [--host H] [--ttl D]         run the reaper for a sandbox host now
+  setup                             register t1flow's search attributes on the cluster (idempotent)
 
-environment: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, T1FLOW_HOME, T1FLOW_STORE, T1FLOW_UI
+environment: T1FLOW_HOME, T1FLOW_STORE, T1FLOW_UI; Temporal through the SDK's environment
+configuration: TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_*,
+or a profile of temporal.toml (TEMPORAL_CONFIG_FILE, TEMPORAL_PROFILE); see docs/production.md
 `
 
 func main() {
@@ -98,6 +101,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		err = trace(ctx, args[1:], stdout)
 	case args[0] == "reap":
 		err = reap(ctx, args[1:], stdout)
+	case args[0] == "setup":
+		err = setup(ctx, args[1:], stdout)
 	default:
 		fmt.Fprint(stderr, usage)
 		return 2, fmt.Errorf("unknown command %q", strings.Join(args, " "))
@@ -147,7 +152,7 @@ func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
 
 func openStore(dir string) (store.Store, error) { return config.OpenStore(dir) }
 
-// dial connects to Temporal (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE), quietly:
+// dial connects to Temporal (config.LoadTemporal: temporal.toml, TEMPORAL_*), quietly:
 // the CLI's output is for the user, not the SDK's log.
 func dial(ctx context.Context) (client.Client, error) { return config.Dial(ctx, slog.LevelError) }
 
