@@ -203,7 +203,8 @@ func (t *Temporal) hint(err error) string {
 		return "; the server requires a client certificate (mTLS): set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH " +
 			"(profile keys tls.client_cert_path, tls.client_key_path)"
 	case clientCert && (strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate")):
-		return "; the server refused the client certificate (" + t.tlsSettings() + "): use one signed by a CA the server accepts"
+		return "; the server refused the client certificate " + t.setting("TEMPORAL_TLS_CLIENT_CERT_PATH", "tls.client_cert_path") +
+			" = " + t.profile.TLS.ClientCertPath + ": use one signed by a CA the server accepts"
 	case strings.Contains(msg, "first record does not look like a tls handshake"):
 		return "; the server does not speak TLS: remove the TLS settings or set TEMPORAL_TLS=false"
 	case !tlsOn && (strings.Contains(msg, "connection reset") || strings.Contains(msg, "eof") || strings.Contains(msg, "frame too large")):
