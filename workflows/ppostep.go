@@ -65,6 +65,10 @@ type collected struct {
 // expected policy version; aborted, failed and stale rollouts are counted.
 func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int) (collected, error) {
 	var out collected
+	if !(b.Agent.Temperature > 0) {
+		// Greedy rollouts have no sampling distribution for the trainer's ratio.
+		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s %s %d: agent.temperature = %v must be > 0 for rollouts that train", b.Campaign, stage, step, b.Agent.Temperature), errs.BadInput, nil)
+	}
 	// A task drawn twice in one step is two rollouts: attempts 1 and 2.
 	attempt := make([]int, len(b.Tasks))
 	seen := map[string]int{}
@@ -78,12 +82,12 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 				Agent: b.Agent, TurnCap: b.TurnCap, S: b.S}, fmt.Sprintf("%s %s %d: %s", b.Campaign, stage, step, b.Tasks[i].Name))
 		},
 		func(i int, f workflow.Future) {
-			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b.Version)
+			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b.Version, b.Agent.Temperature)
 		})
 	return out, err
 }
 
-func (c *collected) add(r RolloutResult, version string) {
+func (c *collected) add(r RolloutResult, version string, temperature float64) {
 	c.rollouts++
 	switch {
 	case r.Outcome == OutcomeAborted:
@@ -94,7 +98,7 @@ func (c *collected) add(r RolloutResult, version string) {
 		// Sampled by another policy version: never trained on.
 		c.stale++
 	default:
-		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID})
+		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
 		c.reward += r.Reward
 		c.turns += float64(r.Turns)
 	}

@@ -160,7 +160,8 @@ func (ch *checker) check(c *Config) {
 		positive("s", c.S),
 		{"pools.train", c.Pools.Train == "", "is required (a pool of training tasks)"},
 		positive("policy.max_new_tokens", c.Policy.MaxNewTokens),
-		{"policy.temperature", c.Policy.Temperature < 0, fmt.Sprintf("= %v must be >= 0", c.Policy.Temperature)},
+		// PPO's ratio and the critic need a sampling distribution: greedy (0) has none.
+		{"policy.temperature", !(c.Policy.Temperature > 0), fmt.Sprintf("= %v must be > 0 (PPO and critic rollouts sample; greedy decoding has no distribution to train on)", c.Policy.Temperature)},
 		{"policy.preset", c.Policy.Preset != "t1" && c.Policy.Preset != "small", fmt.Sprintf("= %q must be t1 or small", c.Policy.Preset)},
 		positive("sft.epochs", c.SFT.Epochs),
 		nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs),

@@ -23,3 +23,17 @@ func TestParseDefaultsAndErrors(t *testing.T) {
 		t.Errorf("bad TOML: %v", err)
 	}
 }
+
+// Greedy rollouts have no sampling distribution: PPO's ratio and the
+// trainer's log-probs need one, so a campaign at temperature 0 never starts.
+func TestTemperatureMustBePositive(t *testing.T) {
+	for _, v := range []string{"0", "-0.5"} {
+		_, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[policy]\ntemperature = "+v+"\n")
+		if err == nil || !strings.Contains(err.Error(), "c.toml: policy.temperature = "+v+" must be > 0") {
+			t.Errorf("temperature %s: %v", v, err)
+		}
+	}
+	if c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[policy]\ntemperature = 0.7\n"); err != nil || c.Policy.Temperature != 0.7 {
+		t.Fatalf("0.7: %v", err)
+	}
+}
