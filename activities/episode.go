@@ -165,13 +165,23 @@ func inferenceErr(err error) error {
 	return errs.BadInputf("inference rejected the request: %v", err)
 }
 
-// tokenize encodes context text (prompts, glue) on the session's replica.
-func tokenize(ctx context.Context, pool *inference.Pool, session, text string) ([]int32, error) {
-	ids, err := pool.Tokenize(ctx, session, text)
-	if err != nil {
-		return nil, inferenceErr(err)
+// tokenize encodes context (prompts, glue) on the session's replica, piece by
+// piece: the template's glue with special tokens parsed, plain text
+// (observations, model text) with them split, so terminal output can never
+// inject a control token.
+func tokenize(ctx context.Context, pool *inference.Pool, session string, pieces harness.Pieces) ([]int32, error) {
+	var out []int32
+	for _, p := range pieces {
+		if p.Text == "" {
+			continue
+		}
+		ids, err := pool.Tokenize(ctx, session, p.Text, p.Plain)
+		if err != nil {
+			return nil, inferenceErr(err)
+		}
+		out = append(out, toInt32(ids)...)
 	}
-	return toInt32(ids), nil
+	return out, nil
 }
 
 // FinishEpisode assembles a model-driven episode on its sandbox host: the

@@ -163,7 +163,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 			return TurnResult{}, err
 		}
 		seg.PaneOffset = off
-		if glue, err = tokenize(ctx, pool, session, harness.FirstPrompt(obs)); err != nil {
+		if glue, err = tokenize(ctx, pool, session, harness.FirstPromptPieces(obs)); err != nil {
 			return TurnResult{}, err
 		}
 	}
@@ -190,7 +190,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	seg.Result.TerminalMs = terminalMs
 	if !seg.Done {
 		// Observation glue for the next turn, tokenized once and masked.
-		ids, err := tokenize(ctx, pool, session, harness.ObservationGlue(obs, seg.Result.Stitch))
+		ids, err := tokenize(ctx, pool, session, harness.GluePieces(obs, seg.Result.Stitch))
 		if err != nil {
 			return TurnResult{}, err
 		}
@@ -221,6 +221,11 @@ func (e *episode) sample(ctx context.Context, pool *inference.Pool, session stri
 		return "", inferenceErr(err)
 	}
 	seg.Result.InferenceMs = time.Since(tInf).Milliseconds()
+	// How it ended decides the stitch, and an abort or unknown end is an
+	// error before anything of the reply is read.
+	if seg.Result.Stitch, err = harness.StitchCase(resp, im); err != nil {
+		return "", err
+	}
 	out := toInt32(resp.OutputIDs)
 	lps, err := resp.Logprobs()
 	if err != nil || len(lps) != len(out) {
@@ -239,7 +244,6 @@ func (e *episode) sample(ctx context.Context, pool *inference.Pool, session stri
 	seg.Tokens = append(glue, out...)
 	seg.LossMask = append(make([]uint8, len(glue)), ones(len(out))...)
 	seg.Logprobs = append(make([]float32, len(glue)), lps...)
-	seg.Result.Stitch = harness.StitchCase(resp, im)
 	seg.Result.Tokens = len(out)
 	return resp.Text, nil
 }
