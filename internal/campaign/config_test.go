@@ -37,3 +37,14 @@ func TestTemperatureMustBePositive(t *testing.T) {
 		t.Fatalf("0.7: %v", err)
 	}
 }
+
+// The paper's gate by default; one round cannot have a held-out EV.
+func TestWarmupGateDefaults(t *testing.T) {
+	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n")
+	if err != nil || c.CriticWarmup.EVGate != 0.7 || c.CriticWarmup.MaxRounds != 2 || !c.CriticWarmup.RequireGate {
+		t.Fatalf("%+v %v", c.CriticWarmup, err)
+	}
+	if _, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[critic_warmup]\nmax_rounds = 1\n"); err == nil || !strings.Contains(err.Error(), "critic_warmup.max_rounds = 1 must be at least 2") {
+		t.Fatalf("max_rounds 1: %v", err)
+	}
+}
