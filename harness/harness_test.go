@@ -113,22 +113,71 @@ func TestUnknownFinishReasonsAreErrors(t *testing.T) {
 	}
 }
 
-func TestAuditDriftCatchesTampering(t *testing.T) {
+// A two-turn trajectory and what its sampler was sent and returned.
+func driftFixture() ([]int32, []uint8, []float32, []Turn) {
 	// Turn 0: prompt [1 2 3], sampled [10 11]. Turn 1: glue [20 21], sampled [12].
 	tokens := []int32{1, 2, 3, 10, 11, 20, 21, 12}
 	mask := []uint8{0, 0, 0, 1, 1, 0, 0, 1}
+	lps := []float32{0, 0, 0, -0.5, -0.25, 0, 0, -1}
 	turns := []Turn{
-		{PromptLen: 3, PromptHash: HashTokens(tokens[:3]), Sampled: []int32{10, 11}},
-		{PromptLen: 7, PromptHash: HashTokens(tokens[:7]), Sampled: []int32{12}},
+		{PromptLen: 3, PromptHash: HashTokens(tokens[:3]), Sampled: []int32{10, 11}, CheckSamplerMeta: true,
+			MetaPrompt: 3, MetaCompletion: 2, LogprobIDs: []int32{10, 11}, SampledLogprobs: []float32{-0.5, -0.25}},
+		{PromptLen: 7, PromptHash: HashTokens(tokens[:7]), Sampled: []int32{12}, CheckSamplerMeta: true,
+			MetaPrompt: 7, MetaCompletion: 1, LogprobIDs: []int32{12}, SampledLogprobs: []float32{-1}},
 	}
-	d := AuditDrift(tokens, mask, turns, len(tokens))
-	if d.PromptMismatches != 0 || d.LossMismatches != 0 || d.Drift != 0 {
+	return tokens, mask, lps, turns
+}
+
+// The audit compares the assembled trajectory with what the sampler was sent
+// and returned; each corruption below is one the old self-comparison missed
+// or could not see (a shifted mask, a wrong log-prob, a server that counted
+// another prompt).
+func TestAuditDriftFailsOnCorruptedTrajectories(t *testing.T) {
+	tokens, mask, lps, turns := driftFixture()
+	if d := AuditDrift(tokens, mask, lps, turns, len(tokens)); d.PromptMismatches != 0 || d.LossMismatches != 0 || d.Drift != 0 {
 		t.Fatalf("clean episode: %+v", d)
 	}
-	tokens[3] = 99 // a sampled token rewritten
-	d = AuditDrift(tokens, mask, turns, len(tokens))
-	if d.LossMismatches != 1 || d.PromptMismatches != 1 {
-		t.Fatalf("tampered episode: %+v", d)
+	for name, corrupt := range map[string]func(tk []int32, m []uint8, lp []float32, tu []Turn){
+		"sampled token rewritten":     func(tk []int32, _ []uint8, _ []float32, _ []Turn) { tk[3] = 99 },
+		"loss mask shifted by one":    func(_ []int32, m []uint8, _ []float32, _ []Turn) { copy(m, []uint8{0, 0, 0, 0, 1, 1, 0, 0}) },
+		"glue token in the loss mask": func(_ []int32, m []uint8, _ []float32, _ []Turn) { m[5] = 1 },
+		"log-prob not the sampler's":  func(_ []int32, _ []uint8, lp []float32, _ []Turn) { lp[7] = -0.9 },
+		"server saw another prompt":   func(_ []int32, _ []uint8, _ []float32, tu []Turn) { tu[1].MetaPrompt = 6 },
+		"output_ids disagree with meta_info": func(_ []int32, _ []uint8, _ []float32, tu []Turn) {
+			tu[0].LogprobIDs = []int32{10, 13}
+		},
+		"a sampled token dropped": func(_ []int32, _ []uint8, _ []float32, tu []Turn) { tu[1].Sampled = []int32{12, 12} },
+	} {
+		tk, m, lp, tu := driftFixture()
+		corrupt(tk, m, lp, tu)
+		if d := AuditDrift(tk, m, lp, tu, len(tk)); d.PromptMismatches == 0 && d.LossMismatches == 0 {
+			t.Errorf("%s: the audit passes: %+v", name, d)
+		}
+	}
+}
+
+// The re-encoding share counts what a text-in harness would have changed: an
+// observation with "<|im_end|>" parsed as a control token, or a reply whose
+// bytes do not survive decoding.
+func TestReencodedTokens(t *testing.T) {
+	same, total := ReencodedTokens([][]int32{{1, 2, 3}, {4, 5}}, [][]int32{{1, 2, 3}, {4, 5}})
+	if same != 0 || total != 5 {
+		t.Fatalf("identical: %d of %d", same, total)
+	}
+	// "<|im_end|>" as 10 bytes (assembled) against one control token (re-encoded).
+	split := []int32{7, '<', '|', 'i', 'm', '_', 'e', 'n', 'd', '|', '>', 8}
+	differ, total := ReencodedTokens([][]int32{{1, 2}, split}, [][]int32{{1, 2}, {7, 260, 8}})
+	if differ != 10 || total != 14 {
+		t.Fatalf("re-encoded special: %d of %d differ, want 10 of 14", differ, total)
+	}
+}
+
+func TestReroutedPositions(t *testing.T) {
+	// 3 positions × 2 layers × top-2.
+	held := []int32{0, 1, 2, 3, 1, 0, 3, 2, 0, 1, 2, 3}
+	now := []int32{1, 0, 2, 3, 1, 0, 3, 1, 0, 1, 2, 3} // position 0 reordered only, position 1 changed
+	if n := ReroutedPositions(held, now, 2, 2); n != 1 {
+		t.Fatalf("%d rerouted positions, want 1", n)
 	}
 }
 

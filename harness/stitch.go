@@ -75,3 +75,35 @@ func CaptureRouting(resp *inference.GenerateResponse, info inference.ModelInfo, 
 	}
 	return r, nil
 }
+
+// ReroutedPositions counts the positions whose experts differ between two
+// routings of the same positions ([positions, layers, top_k] flattened): a
+// position counts once if any layer chose another set of experts (order
+// within top-k does not matter).
+func ReroutedPositions(held, now []int32, layers, topK int) int {
+	per := layers * topK
+	n := 0
+	for p := 0; p+per <= len(held) && p+per <= len(now); p += per {
+		for l := 0; l < layers; l++ {
+			a, b := held[p+l*topK:p+(l+1)*topK], now[p+l*topK:p+(l+1)*topK]
+			if !sameSet(a, b) {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+func sameSet(a, b []int32) bool {
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			found = found || x == y
+		}
+		if !found {
+			return false
+		}
+	}
+	return len(a) == len(b)
+}

@@ -66,6 +66,20 @@ func (r *GenerateResponse) Logprobs() ([]float32, error) {
 	return out, nil
 }
 
+// LogprobTokenIDs returns the token ID of each output_token_logprobs entry,
+// which must be output_ids (a check of the response, for the drift audit).
+func (r *GenerateResponse) LogprobTokenIDs() ([]int32, error) {
+	out := make([]int32, len(r.MetaInfo.OutputTokenLogprobs))
+	for i, e := range r.MetaInfo.OutputTokenLogprobs {
+		f, ok := e[1].(float64)
+		if !ok {
+			return nil, fmt.Errorf("output_token_logprobs[%d]: token ID %v is not a number", i, e[1])
+		}
+		out[i] = int32(f)
+	}
+	return out, nil
+}
+
 // RoutedExperts decodes meta_info.routed_experts (base64 int32, [positions, layers, top_k]).
 func (r *GenerateResponse) RoutedExperts() ([]int32, error) {
 	if r.MetaInfo.RoutedExperts == "" {
