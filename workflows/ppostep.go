@@ -23,9 +23,13 @@ type StepRecord struct {
 	Aborted       int         `json:"aborted"`
 	Failed        int         `json:"failed"`
 	Stale         int         `json:"stale"`
-	RewardMean    float64     `json:"reward_mean"`
-	MeanTurns     float64     `json:"mean_turns"`
-	Checkpoint    string      `json:"checkpoint,omitempty"`
+	// Rerouted sums the trained trajectories' routing drift (positions
+	// re-routed on a prefix-cache miss); RerouteTrajectories counts those with any.
+	Rerouted            int     `json:"rerouted"`
+	RerouteTrajectories int     `json:"reroute_trajectories"`
+	RewardMean          float64 `json:"reward_mean"`
+	MeanTurns           float64 `json:"mean_turns"`
+	Checkpoint          string  `json:"checkpoint,omitempty"`
 }
 
 // RolloutBatch is what a PPO step and a critic warm-up roll out and train on:
@@ -58,6 +62,7 @@ type collected struct {
 	batch                  []gpu.TrajectoryRef
 	rollouts               int
 	aborted, failed, stale int
+	rerouted, rerouteTrajs int
 	reward, turns          float64
 }
 
@@ -100,6 +105,10 @@ func (c *collected) add(r RolloutResult, version string, temperature float64) {
 	default:
 		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
 		c.reward += r.Reward
+		c.rerouted += r.Rerouted
+		if r.Rerouted > 0 {
+			c.rerouteTrajs++
+		}
 		c.turns += float64(r.Turns)
 	}
 }
@@ -128,7 +137,8 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	if err != nil {
 		return StepRecord{}, err
 	}
-	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale}
+	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale,
+		Rerouted: col.rerouted, RerouteTrajectories: col.rerouteTrajs}
 	excluded := col.aborted + col.failed + col.stale
 	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
