@@ -62,6 +62,9 @@ type AgentSpec struct {
 	MaxNewTokens int     `json:"max_new_tokens,omitempty"` // per turn; default 512
 	Temperature  float64 `json:"temperature"`              // RL rollouts sample at 1.0
 	MaxContext   int     `json:"max_context,omitempty"`    // tokens; 0: the model's context
+	// MaxRerouted is the share of context positions re-run on a prefix-cache
+	// miss that may change experts before the turn aborts; 0: DefaultMaxRerouted.
+	MaxRerouted float64 `json:"max_rerouted,omitempty"`
 	// Solution replaces solution/solve.sh for the oracle (the audit's mutants).
 	Solution string `json:"solution,omitempty"`
 }
@@ -212,6 +215,10 @@ type RoutingReport struct {
 	TopK      int  `json:"top_k"`
 	Experts   int  `json:"experts"`
 	Valid     bool `json:"valid"`
+	// Recomputed: held positions the sampler re-ran on a prefix-cache miss;
+	// Rerouted: those whose experts changed (routing drift; R3 inexact there).
+	Recomputed int `json:"recomputed,omitempty"`
+	Rerouted   int `json:"rerouted,omitempty"`
 }
 
 // EpisodeResult is the trajectory's claim check and its reports.

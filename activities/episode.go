@@ -20,22 +20,36 @@ import (
 // segment is what one turn added to the episode, persisted on the sandbox
 // host so a restarted worker continues the same episode.
 type segment struct {
-	Turn        int                     `json:"turn"`
-	Result      TurnResult              `json:"result"`
-	PromptLen   int                     `json:"prompt_len"`  // input_ids sent to the sampler this turn
-	PromptHash  string                  `json:"prompt_hash"` // sha256 of those input_ids
-	Tokens      []int32                 `json:"tokens"`      // appended this turn: [generated..., glue...]
-	LossMask    []uint8                 `json:"loss_mask"`
-	Logprobs    []float32               `json:"logprobs"`
-	Routing     []int32                 `json:"routing"` // for positions [CoveredFrom, CoveredTo)
-	CoveredFrom int                     `json:"covered_from"`
-	CoveredTo   int                     `json:"covered_to"`
-	Sampled     []int32                 `json:"sampled"` // the sampler's output_ids, verbatim
-	Version     string                  `json:"version,omitempty"`
-	PaneOffset  int64                   `json:"pane_offset"`
-	Pending     bool                    `json:"pending_complete"`
-	Messages    []inference.ChatMessage `json:"messages,omitempty"` // chat agents: appended this turn
-	Done        bool                    `json:"done"`
+	Turn        int        `json:"turn"`
+	Result      TurnResult `json:"result"`
+	PromptLen   int        `json:"prompt_len"`  // input_ids sent to the sampler this turn
+	PromptHash  string     `json:"prompt_hash"` // sha256 of those input_ids
+	Tokens      []int32    `json:"tokens"`      // appended this turn: [generated..., glue...]
+	LossMask    []uint8    `json:"loss_mask"`
+	Logprobs    []float32  `json:"logprobs"`
+	Routing     []int32    `json:"routing"` // for positions [CoveredFrom, CoveredTo)
+	CoveredFrom int        `json:"covered_from"`
+	CoveredTo   int        `json:"covered_to"`
+	Sampled     []int32    `json:"sampled"` // the sampler's output_ids, verbatim
+	// What else the sampler returned, kept apart from the assembled tokens
+	// for the drift audit; SamplerMeta is false in turns recorded before.
+	SamplerMeta     bool      `json:"sampler_meta,omitempty"`
+	MetaPrompt      int       `json:"meta_prompt_tokens,omitempty"`
+	MetaCompletion  int       `json:"meta_completion_tokens,omitempty"`
+	LogprobIDs      []int32   `json:"logprob_ids,omitempty"`
+	SampledLogprobs []float32 `json:"sampled_logprobs,omitempty"`
+	// Rendered is Tokens as text, as a text-in harness would hold it (glue
+	// text and the sampler's decoded reply), for the re-encoding share.
+	Rendered string `json:"rendered,omitempty"`
+	// R3 across turns: positions of held routing the sampler recomputed this
+	// turn (a prefix-cache miss) and how many of them came back with other experts.
+	Recomputed int                     `json:"routing_recomputed,omitempty"`
+	Rerouted   int                     `json:"routing_mismatches,omitempty"`
+	Version    string                  `json:"version,omitempty"`
+	PaneOffset int64                   `json:"pane_offset"`
+	Pending    bool                    `json:"pending_complete"`
+	Messages   []inference.ChatMessage `json:"messages,omitempty"` // chat agents: appended this turn
+	Done       bool                    `json:"done"`
 }
 
 // episode is the assembled state of one sandbox's episode.
@@ -165,13 +179,23 @@ func inferenceErr(err error) error {
 	return errs.BadInputf("inference rejected the request: %v", err)
 }
 
-// tokenize encodes context text (prompts, glue) on the session's replica.
-func tokenize(ctx context.Context, pool *inference.Pool, session, text string) ([]int32, error) {
-	ids, err := pool.Tokenize(ctx, session, text)
-	if err != nil {
-		return nil, inferenceErr(err)
+// tokenize encodes context (prompts, glue) on the session's replica, piece by
+// piece: the template's glue with special tokens parsed, plain text
+// (observations, model text) with them split, so terminal output can never
+// inject a control token.
+func tokenize(ctx context.Context, pool *inference.Pool, session string, pieces harness.Pieces) ([]int32, error) {
+	var out []int32
+	for _, p := range pieces {
+		if p.Text == "" {
+			continue
+		}
+		ids, err := pool.Tokenize(ctx, session, p.Text, p.Plain)
+		if err != nil {
+			return nil, inferenceErr(err)
+		}
+		out = append(out, toInt32(ids)...)
 	}
-	return toInt32(ids), nil
+	return out, nil
 }
 
 // FinishEpisode assembles a model-driven episode on its sandbox host: the
@@ -205,13 +229,14 @@ func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (
 	if in.Agent.Kind != AgentPolicy || ep.covered == 0 {
 		return res, nil
 	}
+	pool, err := a.pool(in.Agent.Inference)
+	if err != nil {
+		return res, err
+	}
+	session := in.RolloutID + "/" + in.Sandbox.Name
 	info := ep.info
 	if info == nil {
-		pool, err := a.pool(in.Agent.Inference)
-		if err != nil {
-			return res, err
-		}
-		i, err := pool.ModelInfo(ctx, in.RolloutID+"/"+in.Sandbox.Name)
+		i, err := pool.ModelInfo(ctx, session)
 		if err != nil {
 			return res, inferenceErr(err)
 		}
@@ -225,9 +250,19 @@ func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (
 		Layers: info.NumLayers, TopK: info.TopK, Experts: info.NumExperts,
 		Meta: map[string]string{"rollout_id": in.RolloutID, "task_id": in.Task.ID, "policy_versions": strings.Join(res.PolicyVersions, ",")},
 	}
-	res.Drift = auditDrift(ep, n)
+	if res.Drift, err = a.auditDrift(ctx, pool, session, ep, rec); err != nil {
+		return res, err
+	}
+	if res.Drift.PromptMismatches > 0 || res.Drift.LossMismatches > 0 {
+		// Never trained on: the trajectory is not what the sampler saw and emitted.
+		return res, errs.RoutingMissingf("TITO drift audit: %d prompt and %d loss-region mismatches against what the sampler was sent and returned", res.Drift.PromptMismatches, res.Drift.LossMismatches)
+	}
 	res.Routing = RoutingReport{Positions: n, Covered: len(ep.routing) / max(1, info.NumLayers*info.TopK), Layers: info.NumLayers, TopK: info.TopK, Experts: info.NumExperts}
 	res.Routing.Valid = res.Routing.Covered == n
+	for _, s := range ep.segs {
+		res.Routing.Recomputed += s.Recomputed
+		res.Routing.Rerouted += s.Rerouted
+	}
 	if !res.Routing.Valid {
 		return res, errs.RoutingMissingf("routing covers %d of %d positions", res.Routing.Covered, n)
 	}
@@ -247,13 +282,31 @@ func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (
 	return res, nil
 }
 
-// auditDrift runs the drift audit over the episode's first n positions.
-func auditDrift(ep *episode, n int) DriftReport {
+// auditDrift runs the drift audit over the first n positions of the
+// trajectory as it will be stored, against what the sampler was sent and
+// returned, and measures what re-encoding the rendered conversation would
+// have changed (one /tokenize per turn, special tokens parsed, as a text
+// harness does).
+func (a *Activities) auditDrift(ctx context.Context, pool *inference.Pool, session string, ep *episode, rec trajectory.Record) (DriftReport, error) {
 	turns := make([]harness.Turn, len(ep.segs))
+	var assembled, reencoded [][]int32
 	for i, s := range ep.segs {
-		turns[i] = harness.Turn{PromptLen: s.PromptLen, PromptHash: s.PromptHash, Sampled: s.Sampled}
+		turns[i] = harness.Turn{PromptLen: s.PromptLen, PromptHash: s.PromptHash, Sampled: s.Sampled, CheckSamplerMeta: s.SamplerMeta,
+			MetaPrompt: s.MetaPrompt, MetaCompletion: s.MetaCompletion, LogprobIDs: s.LogprobIDs, SampledLogprobs: s.SampledLogprobs}
+		if !s.SamplerMeta || len(s.Tokens) == 0 {
+			continue
+		}
+		ids, err := pool.Tokenize(ctx, session, s.Rendered, false)
+		if err != nil {
+			return DriftReport{}, inferenceErr(err)
+		}
+		assembled, reencoded = append(assembled, s.Tokens), append(reencoded, toInt32(ids))
 	}
-	return harness.AuditDrift(ep.tokens, ep.mask, turns, n)
+	d := harness.AuditDrift(rec.Tokens, rec.LossMask, rec.Logprobs, turns, len(rec.Tokens))
+	if differ, total := harness.ReencodedTokens(assembled, reencoded); total > 0 {
+		d.ReencodedContextShare = float64(differ) / float64(total)
+	}
+	return d, nil
 }
 
 // openEpisode starts the sandbox's terminal for a model-driven episode and

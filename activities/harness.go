@@ -163,9 +163,11 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 			return TurnResult{}, err
 		}
 		seg.PaneOffset = off
-		if glue, err = tokenize(ctx, pool, session, harness.FirstPrompt(obs)); err != nil {
+		first := harness.FirstPromptPieces(obs)
+		if glue, err = tokenize(ctx, pool, session, first); err != nil {
 			return TurnResult{}, err
 		}
+		seg.Rendered = first.String()
 	}
 	prompt := append(append([]int32{}, ep.tokens...), glue...)
 	limit := ep.info.BlockSize
@@ -190,10 +192,12 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	seg.Result.TerminalMs = terminalMs
 	if !seg.Done {
 		// Observation glue for the next turn, tokenized once and masked.
-		ids, err := tokenize(ctx, pool, session, harness.ObservationGlue(obs, seg.Result.Stitch))
+		next := harness.GluePieces(obs, seg.Result.Stitch)
+		ids, err := tokenize(ctx, pool, session, next)
 		if err != nil {
 			return TurnResult{}, err
 		}
+		seg.Rendered += next.String()
 		seg.Tokens = append(seg.Tokens, ids...)
 		seg.LossMask = append(seg.LossMask, make([]uint8, len(ids))...)
 		seg.Logprobs = append(seg.Logprobs, make([]float32, len(ids))...)
@@ -221,6 +225,11 @@ func (e *episode) sample(ctx context.Context, pool *inference.Pool, session stri
 		return "", inferenceErr(err)
 	}
 	seg.Result.InferenceMs = time.Since(tInf).Milliseconds()
+	// How it ended decides the stitch, and an abort or unknown end is an
+	// error before anything of the reply is read.
+	if seg.Result.Stitch, err = harness.StitchCase(resp, im); err != nil {
+		return "", err
+	}
 	out := toInt32(resp.OutputIDs)
 	lps, err := resp.Logprobs()
 	if err != nil || len(lps) != len(out) {
@@ -230,6 +239,16 @@ func (e *episode) sample(ctx context.Context, pool *inference.Pool, session stri
 	if err != nil {
 		return "", err
 	}
+	if err := e.checkRerouting(ctx, pool, session, agent, seg, prompt, resp.MetaInfo.CachedTokens); err != nil {
+		return "", err
+	}
+	seg.SamplerMeta = true
+	seg.MetaPrompt, seg.MetaCompletion = resp.MetaInfo.PromptTokens, resp.MetaInfo.CompletionTokens
+	seg.SampledLogprobs = lps
+	if seg.LogprobIDs, err = resp.LogprobTokenIDs(); err != nil {
+		return "", errs.Infraf("inference: %v", err)
+	}
+	seg.Rendered += resp.Text
 	seg.PromptLen, seg.PromptHash = len(prompt), harness.HashTokens(prompt)
 	seg.Sampled = out
 	seg.Version = resp.MetaInfo.WeightVersion
@@ -239,7 +258,6 @@ func (e *episode) sample(ctx context.Context, pool *inference.Pool, session stri
 	seg.Tokens = append(glue, out...)
 	seg.LossMask = append(make([]uint8, len(glue)), ones(len(out))...)
 	seg.Logprobs = append(make([]float32, len(glue)), lps...)
-	seg.Result.Stitch = harness.StitchCase(resp, im)
 	seg.Result.Tokens = len(out)
 	return resp.Text, nil
 }

@@ -104,6 +104,7 @@ preset = "small"
 [critic_warmup]
 fit_epochs = 2
 ev_gate = -1000.0
+require_gate = false
 [ppo]
 steps = 4
 tasks_per_step = 4

@@ -110,6 +110,7 @@ type batchEntry struct {
 	Reward        float64 `json:"reward"`
 	PolicyVersion string  `json:"policy_version,omitempty"`
 	TaskID        string  `json:"task_id,omitempty"`
+	Temperature   float64 `json:"temperature,omitempty"` // omitted: the trainer's default, 1.0
 }
 
 // materialize writes the batch directory from the store, checking every sha256.
@@ -133,7 +134,7 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return "", errs.Infraf("write %s: %v", name, err)
 		}
-		meta.Trajectories = append(meta.Trajectories, batchEntry{File: name, Reward: t.Reward, PolicyVersion: t.PolicyVersion, TaskID: t.TaskID})
+		meta.Trajectories = append(meta.Trajectories, batchEntry{File: name, Reward: t.Reward, PolicyVersion: t.PolicyVersion, TaskID: t.TaskID, Temperature: t.Temperature})
 	}
 	b, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {

@@ -77,6 +77,10 @@ type TrajectoryRef struct {
 	Reward        float64   `json:"reward"`
 	PolicyVersion string    `json:"policy_version,omitempty"`
 	TaskID        string    `json:"task_id,omitempty"`
+	// Temperature is what the trajectory was sampled at; the trainer computes
+	// every policy log-prob at it. 0: not recorded (SFT samples, or a batch
+	// built before it was recorded), which the trainer reads as 1.0.
+	Temperature float64 `json:"temperature,omitempty"`
 }
 
 // TrainInput is what a trainer activity gets: references, never bulk data.

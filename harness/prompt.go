@@ -12,30 +12,59 @@ import (
 // ImEnd closes a chat-template turn; the policy's sampler stops on it.
 const ImEnd = "<|im_end|>"
 
-// FirstPrompt is a policy's context at turn 0: the system prompt, the first
-// observation, and the open assistant turn. Rollouts and SFT samples share it
-// so that training sees exactly what sampling saw.
-func FirstPrompt(obs string) string {
-	return "<|im_start|><|system|>" + SystemPrompt + ImEnd + "<|im_start|><|user|>" +
-		obs + ImEnd + "<|im_start|><|assistant|>"
+// Piece is text the harness tokenizes on its own: the chat template's glue,
+// whose special tokens are parsed, or Plain text from outside the harness
+// (terminal output, the task, model text), encoded with special tokens split
+// so that an observation holding "<|im_end|>" never becomes a control token.
+type Piece struct {
+	Text  string
+	Plain bool
 }
+
+// Pieces is a rendered stretch of context, in order.
+type Pieces []Piece
+
+// String is the text as a text-only harness would send it.
+func (p Pieces) String() string {
+	var b strings.Builder
+	for _, x := range p {
+		b.WriteString(x.Text)
+	}
+	return b.String()
+}
+
+func template(s string) Piece { return Piece{Text: s} }
+func plain(s string) Piece    { return Piece{Text: s, Plain: true} }
+
+// FirstPromptPieces is a policy's context at turn 0: the system prompt, the
+// first observation, and the open assistant turn. Rollouts and SFT samples
+// share it so that training sees exactly what sampling saw.
+func FirstPromptPieces(obs string) Pieces {
+	return Pieces{template("<|im_start|><|system|>" + SystemPrompt + ImEnd + "<|im_start|><|user|>"), plain(obs), template(ImEnd + "<|im_start|><|assistant|>")}
+}
+
+// FirstPrompt is FirstPromptPieces as text.
+func FirstPrompt(obs string) string { return FirstPromptPieces(obs).String() }
 
 // FirstMessages is the same opening for a chat agent.
 func FirstMessages(obs string) []inference.ChatMessage {
 	return []inference.ChatMessage{{Role: "system", Content: SystemPrompt}, {Role: "user", Content: obs}}
 }
 
-// ObservationGlue is the context between two assistant turns: the
-// observation as a user turn, then the next assistant turn opened. Unless
-// the sampler stopped on <|im_end|> itself (StitchEOT), the glue first closes
-// the assistant turn it left open.
-func ObservationGlue(obs, stitch string) string {
-	g := "<|im_start|><|user|>" + obs + ImEnd + "<|im_start|><|assistant|>"
+// GluePieces is the context between two assistant turns: the observation as
+// a user turn, then the next assistant turn opened. Unless the sampler
+// stopped on <|im_end|> itself (StitchEOT), the glue first closes the
+// assistant turn it left open.
+func GluePieces(obs, stitch string) Pieces {
+	open := "<|im_start|><|user|>"
 	if stitch != StitchEOT {
-		g = ImEnd + g
+		open = ImEnd + open
 	}
-	return g
+	return Pieces{template(open), plain(obs), template(ImEnd + "<|im_start|><|assistant|>")}
 }
+
+// ObservationGlue is GluePieces as text.
+func ObservationGlue(obs, stitch string) string { return GluePieces(obs, stitch).String() }
 
 // FirstObservation is the task and the terminal as the episode starts.
 func FirstObservation(instruction, terminal string) string {
@@ -79,7 +108,7 @@ func outputObservation(terminal string) string {
 // whose commands are the solution's steps and which marks the task complete,
 // the confirmation glue, and the confirming turn. Even-indexed parts are
 // context, odd-indexed parts are what the policy learns.
-func SolutionTurns(instruction, solution string) ([]string, error) {
+func SolutionTurns(instruction, solution string) ([]Pieces, error) {
 	var keys []Keys
 	for _, s := range audit.SplitSteps(solution) {
 		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
@@ -87,14 +116,25 @@ func SolutionTurns(instruction, solution string) ([]string, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("no steps to imitate")
 	}
-	act := func(plan string, cmds []Keys, done bool) string {
-		b, _ := json.Marshal(Action{Analysis: "The terminal is ready.", Plan: plan, Commands: cmds, TaskComplete: done})
-		return string(b)
+	act := func(plan string, cmds []Keys, done bool) Pieces {
+		a := Action{Analysis: "The terminal is ready.", Plan: plan, Commands: cmds, TaskComplete: done}
+		return Pieces{plain(MarshalAction(a)), template(ImEnd)}
 	}
-	return []string{
-		FirstPrompt(FirstObservation(instruction, "root@sandbox:/app# ")),
-		act("Run the steps that solve the task.", keys, true) + ImEnd,
-		ObservationGlue(confirmObservation(""), StitchEOT),
-		act("Confirm completion.", []Keys{}, true) + ImEnd,
+	return []Pieces{
+		FirstPromptPieces(FirstObservation(instruction, "root@sandbox:/app# ")),
+		act("Run the steps that solve the task.", keys, true),
+		GluePieces(confirmObservation(""), StitchEOT),
+		act("Confirm completion.", []Keys{}, true),
 	}, nil
+}
+
+// MarshalAction writes an action as the model is asked to: JSON without
+// HTML escaping, so "a && b > c" stays as typed instead of "\u0026\u0026",
+// which a policy imitating it would learn to type into the shell.
+func MarshalAction(a Action) string {
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.Encode(a) // an Action always encodes
+	return strings.TrimSuffix(b.String(), "\n")
 }

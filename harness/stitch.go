@@ -16,23 +16,30 @@ const (
 )
 
 // StitchCase names how generation stopped; im is the <|im_end|> token ID.
-func StitchCase(resp *inference.GenerateResponse, im int) string {
+// SGLang reports stop, length or abort: an abort (the sampler gave up on the
+// request) is a retryable InfraError, and anything else is an error too,
+// never taken for "length", since it would stitch a turn whose end nobody
+// knows.
+func StitchCase(resp *inference.GenerateResponse, im int) (string, error) {
 	fr := resp.MetaInfo.FinishReason
 	switch fr["type"] {
 	case "length":
-		return StitchLength
+		return StitchLength, nil
 	case "stop":
 		switch m := fr["matched"].(type) {
 		case float64:
 			if int(m) == im {
-				return StitchEOT
+				return StitchEOT, nil
 			}
-			return StitchEOS
+			return StitchEOS, nil
 		case string:
-			return StitchStopString
+			return StitchStopString, nil
 		}
+		return "", errs.BadInputf("inference: finish_reason %v: stop without a matched token or string", fr)
+	case "abort":
+		return "", errs.Infraf("inference aborted the generation: %v", fr["message"])
 	}
-	return StitchLength
+	return "", errs.BadInputf("inference: unknown finish_reason %v (expected stop, length or abort)", fr)
 }
 
 // CaptureRouting validates one turn's routed experts: every position the
@@ -67,4 +74,36 @@ func CaptureRouting(resp *inference.GenerateResponse, info inference.ModelInfo, 
 		}
 	}
 	return r, nil
+}
+
+// ReroutedPositions counts the positions whose experts differ between two
+// routings of the same positions ([positions, layers, top_k] flattened): a
+// position counts once if any layer chose another set of experts (order
+// within top-k does not matter).
+func ReroutedPositions(held, now []int32, layers, topK int) int {
+	per := layers * topK
+	n := 0
+	for p := 0; p+per <= len(held) && p+per <= len(now); p += per {
+		for l := 0; l < layers; l++ {
+			a, b := held[p+l*topK:p+(l+1)*topK], now[p+l*topK:p+(l+1)*topK]
+			if !sameSet(a, b) {
+				n++
+				break
+			}
+		}
+	}
+	return n
+}
+
+func sameSet(a, b []int32) bool {
+	for _, x := range a {
+		found := false
+		for _, y := range b {
+			found = found || x == y
+		}
+		if !found {
+			return false
+		}
+	}
+	return len(a) == len(b)
 }

@@ -44,6 +44,7 @@ type GenerateResponse struct {
 	OutputIDs []int  `json:"output_ids"`
 	MetaInfo  struct {
 		PromptTokens        int            `json:"prompt_tokens"`
+		CachedTokens        int            `json:"cached_tokens"` // prompt positions reused from the prefix cache
 		CompletionTokens    int            `json:"completion_tokens"`
 		FinishReason        map[string]any `json:"finish_reason"`
 		OutputTokenLogprobs [][3]any       `json:"output_token_logprobs"`
@@ -61,6 +62,20 @@ func (r *GenerateResponse) Logprobs() ([]float32, error) {
 			return nil, fmt.Errorf("output_token_logprobs[%d]: %v is not a number", i, e[0])
 		}
 		out[i] = float32(f)
+	}
+	return out, nil
+}
+
+// LogprobTokenIDs returns the token ID of each output_token_logprobs entry,
+// which must be output_ids (a check of the response, for the drift audit).
+func (r *GenerateResponse) LogprobTokenIDs() ([]int32, error) {
+	out := make([]int32, len(r.MetaInfo.OutputTokenLogprobs))
+	for i, e := range r.MetaInfo.OutputTokenLogprobs {
+		f, ok := e[1].(float64)
+		if !ok {
+			return nil, fmt.Errorf("output_token_logprobs[%d]: token ID %v is not a number", i, e[1])
+		}
+		out[i] = int32(f)
 	}
 	return out, nil
 }
@@ -128,11 +143,19 @@ func (c *Client) Health(ctx context.Context) error {
 	return c.do(ctx, http.MethodGet, "/health", nil, nil)
 }
 
-// Tokenize encodes text with the server's tokenizer (special tokens allowed).
-func (c *Client) Tokenize(ctx context.Context, text string) ([]int, error) {
+// Tokenize encodes text with the server's tokenizer. With splitSpecial
+// (Hugging Face's split_special_tokens), special-token text such as
+// "<|im_end|>" is encoded as plain bytes: for text from outside the chat
+// template (terminal output, model text), which must never become a control
+// token. Without it, special tokens are parsed (the template's own glue).
+func (c *Client) Tokenize(ctx context.Context, text string, splitSpecial bool) ([]int, error) {
 	var r struct {
 		Tokens []int `json:"tokens"`
 	}
-	err := c.do(ctx, http.MethodPost, "/tokenize", map[string]any{"text": text}, &r)
+	body := map[string]any{"text": text}
+	if splitSpecial {
+		body["split_special_tokens"] = true
+	}
+	err := c.do(ctx, http.MethodPost, "/tokenize", body, &r)
 	return r.Tokens, err
 }

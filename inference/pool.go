@@ -161,7 +161,7 @@ func (p *Pool) ModelInfo(ctx context.Context, session string) (ModelInfo, error)
 	return do(ctx, p, session, func(c *Client) (ModelInfo, error) { return c.ModelInfo(ctx) })
 }
 
-// Tokenize encodes text on the session's replica.
-func (p *Pool) Tokenize(ctx context.Context, session, text string) ([]int, error) {
-	return do(ctx, p, session, func(c *Client) ([]int, error) { return c.Tokenize(ctx, text) })
+// Tokenize encodes text on the session's replica (Client.Tokenize).
+func (p *Pool) Tokenize(ctx context.Context, session, text string, splitSpecial bool) ([]int, error) {
+	return do(ctx, p, session, func(c *Client) ([]int, error) { return c.Tokenize(ctx, text, splitSpecial) })
 }

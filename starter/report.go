@@ -70,6 +70,7 @@ type ReportNumbers struct {
 	Turns      []float64        `json:"mean_turns"`
 	ColdEV     *float64         `json:"cold_ev,omitempty"`
 	WarmEV     *float64         `json:"warm_ev,omitempty"`
+	WarmupGate string           `json:"warmup_gate,omitempty"` // how the critic warm-up gate was decided
 	Evals      []map[string]any `json:"evals"`
 	Excluded   map[string]int   `json:"excluded"`
 	Checkpoint []string         `json:"checkpoints"`
@@ -84,7 +85,7 @@ func metric(m map[string]any, k string) float64 {
 }
 
 func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
-	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV,
+	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV, WarmupGate: rep.State.WarmupGate,
 		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}}
 	for _, s := range rep.State.Steps {
 		n.Steps = append(n.Steps, s.Step)
@@ -164,6 +165,9 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	b.WriteString(`<style>body{font-family:sans-serif;max-width:960px;margin:2em auto}figure{display:inline-block;margin:8px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}</style>`)
 	fmt.Fprintf(&b, "<h1>Campaign %s</h1><p>%d PPO steps; critic EV cold %s, warm %s; left out of training: %d aborted, %d failed, %d stale.</p>",
 		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"])
+	if n.WarmupGate != "" {
+		fmt.Fprintf(&b, "<p>Critic warm-up gate: %s.</p>", html.EscapeString(n.WarmupGate))
+	}
 	b.WriteString(lineChart("mean reward per PPO step", n.Steps, map[string][]float64{"reward": n.Reward}))
 	b.WriteString(lineChart("critic explained variance per step", n.Steps, map[string][]float64{"EV": n.EV}))
 	b.WriteString(lineChart("train–inference log-prob gap", n.Steps, map[string][]float64{"with R3": n.GapReplay, "without R3": n.GapFree}))

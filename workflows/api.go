@@ -114,6 +114,9 @@ type RolloutResult struct {
 	// version(s) that sampled it.
 	Trajectory     *store.Ref `json:"trajectory,omitempty"`
 	PolicyVersions []string   `json:"policy_versions,omitempty"`
+	// Rerouted: context positions whose experts changed when the sampler
+	// re-ran them after a prefix-cache miss (routing drift, under the abort threshold).
+	Rerouted int `json:"rerouted,omitempty"`
 }
 
 // RolloutRecord is the full account of a rollout, stored as an artifact.

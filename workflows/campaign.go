@@ -39,6 +39,7 @@ type CampaignState struct {
 	Checkpoint    *gpu.Checkpoint  `json:"checkpoint,omitempty"`
 	ColdEV        *float64         `json:"cold_ev,omitempty"`
 	WarmEV        *float64         `json:"warm_ev,omitempty"`
+	WarmupGate    string           `json:"warmup_gate,omitempty"` // how the warm-up gate was decided
 	Steps         []StepRecord     `json:"steps"`
 	Evals         []CheckpointEval `json:"evals"`
 	Aborted       int              `json:"aborted"`

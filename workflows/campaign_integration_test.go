@@ -36,6 +36,7 @@ epochs = 2
 [critic_warmup]
 fit_epochs = 3
 ev_gate = -1000.0
+require_gate = false
 [ppo]
 steps = 2
 tasks_per_step = 2

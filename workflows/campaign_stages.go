@@ -151,12 +151,12 @@ func (c *campaignRun) warmup(ctx workflow.Context) error {
 	var res WarmupResult
 	w := c.cfg.CriticWarmup
 	err = workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
-		RolloutBatch: c.batch(tasks), Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds,
+		RolloutBatch: c.batch(tasks), Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds, Advisory: !w.RequireGate,
 	}).Get(ctx, &res)
 	if err != nil {
 		return err
 	}
-	c.st.ColdEV, c.st.WarmEV = res.ColdEV, res.WarmEV
+	c.st.ColdEV, c.st.WarmEV, c.st.WarmupGate = res.ColdEV, res.WarmEV, res.Gate
 	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
 	// critic_fit moved the trainer's version; inference must serve the same weights.
 	return c.checkpoint(ctx, "warmup")

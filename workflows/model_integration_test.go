@@ -68,9 +68,13 @@ func TestPolicyRolloutTrajectoryTrainsInPPO(t *testing.T) {
 	if ep.ParseErrors != 3 {
 		t.Errorf("%d parse errors in 3 turns of a random model", ep.ParseErrors)
 	}
-	if ep.Drift.LossMismatches != 0 || ep.Drift.PromptMismatches != 0 || ep.Drift.Drift != 0 || ep.Drift.ReencodedContextShare != 0 {
+	// The loss region is exact; re-encoding the rendered text would not be (a
+	// random byte model emits bytes that do not survive decoding), which is
+	// what TITO avoids: reported, not trained on.
+	if ep.Drift.LossMismatches != 0 || ep.Drift.PromptMismatches != 0 || ep.Drift.Drift != 0 || ep.Drift.ReencodedContextShare < 0 || ep.Drift.ReencodedContextShare > 0.5 {
 		t.Errorf("TITO drift: %+v", ep.Drift)
 	}
+	t.Logf("re-encoded context share %.3f", ep.Drift.ReencodedContextShare)
 	if !ep.Routing.Valid || ep.Routing.Covered != ep.Tokens || ep.StitchCases["initial"] != 1 {
 		t.Errorf("routing %+v, stitches %v", ep.Routing, ep.StitchCases)
 	}

@@ -23,9 +23,13 @@ type StepRecord struct {
 	Aborted       int         `json:"aborted"`
 	Failed        int         `json:"failed"`
 	Stale         int         `json:"stale"`
-	RewardMean    float64     `json:"reward_mean"`
-	MeanTurns     float64     `json:"mean_turns"`
-	Checkpoint    string      `json:"checkpoint,omitempty"`
+	// Rerouted sums the trained trajectories' routing drift (positions
+	// re-routed on a prefix-cache miss); RerouteTrajectories counts those with any.
+	Rerouted            int     `json:"rerouted"`
+	RerouteTrajectories int     `json:"reroute_trajectories"`
+	RewardMean          float64 `json:"reward_mean"`
+	MeanTurns           float64 `json:"mean_turns"`
+	Checkpoint          string  `json:"checkpoint,omitempty"`
 }
 
 // RolloutBatch is what a PPO step and a critic warm-up roll out and train on:
@@ -58,6 +62,7 @@ type collected struct {
 	batch                  []gpu.TrajectoryRef
 	rollouts               int
 	aborted, failed, stale int
+	rerouted, rerouteTrajs int
 	reward, turns          float64
 }
 
@@ -65,6 +70,10 @@ type collected struct {
 // expected policy version; aborted, failed and stale rollouts are counted.
 func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int) (collected, error) {
 	var out collected
+	if !(b.Agent.Temperature > 0) {
+		// Greedy rollouts have no sampling distribution for the trainer's ratio.
+		return out, temporal.NewNonRetryableApplicationError(fmt.Sprintf("%s %s %d: agent.temperature = %v must be > 0 for rollouts that train", b.Campaign, stage, step, b.Agent.Temperature), errs.BadInput, nil)
+	}
 	// A task drawn twice in one step is two rollouts: attempts 1 and 2.
 	attempt := make([]int, len(b.Tasks))
 	seen := map[string]int{}
@@ -78,12 +87,12 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 				Agent: b.Agent, TurnCap: b.TurnCap, S: b.S}, fmt.Sprintf("%s %s %d: %s", b.Campaign, stage, step, b.Tasks[i].Name))
 		},
 		func(i int, f workflow.Future) {
-			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b.Version)
+			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b.Version, b.Agent.Temperature)
 		})
 	return out, err
 }
 
-func (c *collected) add(r RolloutResult, version string) {
+func (c *collected) add(r RolloutResult, version string, temperature float64) {
 	c.rollouts++
 	switch {
 	case r.Outcome == OutcomeAborted:
@@ -94,8 +103,12 @@ func (c *collected) add(r RolloutResult, version string) {
 		// Sampled by another policy version: never trained on.
 		c.stale++
 	default:
-		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID})
+		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
 		c.reward += r.Reward
+		c.rerouted += r.Rerouted
+		if r.Rerouted > 0 {
+			c.rerouteTrajs++
+		}
 		c.turns += float64(r.Turns)
 	}
 }
@@ -124,7 +137,8 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	if err != nil {
 		return StepRecord{}, err
 	}
-	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale}
+	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale,
+		Rerouted: col.rerouted, RerouteTrajectories: col.rerouteTrajs}
 	excluded := col.aborted + col.failed + col.stale
 	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(

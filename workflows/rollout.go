@@ -273,6 +273,7 @@ func (r *rollout) finishEpisode(ctx workflow.Context, sb activities.Sandbox) err
 	}
 	r.rec.Episode = &er
 	r.rec.Result.Trajectory, r.rec.Result.PolicyVersions = er.Trajectory, er.PolicyVersions
+	r.rec.Result.Rerouted = er.Routing.Rerouted
 	return nil
 }
 

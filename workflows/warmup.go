@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -17,16 +18,34 @@ type WarmupInput struct {
 	FitEpochs int     `json:"fit_epochs"`
 	Gate      float64 `json:"gate"`
 	MaxRounds int     `json:"max_rounds"`
+	// Advisory: the gate is reported but does not block PPO (config
+	// critic_warmup.require_gate = false), for policies whose rollouts all
+	// score the same, where EV is undefined.
+	Advisory bool `json:"advisory,omitempty"`
 }
 
-// WarmupResult records cold and warm explained variance.
+// WarmupRound is one round's explained variance: Before is measured on the
+// round's fresh rollouts before the critic is fitted on them (held out),
+// Fitted after (in sample). nil: undefined (returns without variance).
+type WarmupRound struct {
+	Round  int      `json:"round"`
+	Before *float64 `json:"ev_before"`
+	Fitted *float64 `json:"ev_fitted"`
+}
+
+// WarmupResult records cold and warm explained variance: cold is the
+// untrained critic's EV on the first rollouts, warm the held-out EV of the
+// fitted critic on rollouts it was not fitted on (nil: undefined).
 type WarmupResult struct {
-	ColdEV  *float64 `json:"cold_ev,omitempty"`
-	WarmEV  *float64 `json:"warm_ev,omitempty"`
-	Rounds  int      `json:"rounds"`
-	Aborted int      `json:"aborted"`
-	Failed  int      `json:"failed"`
-	Stale   int      `json:"stale"`
+	ColdEV  *float64      `json:"cold_ev,omitempty"`
+	WarmEV  *float64      `json:"warm_ev,omitempty"`
+	Rounds  int           `json:"rounds"`
+	History []WarmupRound `json:"history,omitempty"`
+	// Gate says how the gate was decided, in words (passed, advisory).
+	Gate    string `json:"gate,omitempty"`
+	Aborted int    `json:"aborted"`
+	Failed  int    `json:"failed"`
+	Stale   int    `json:"stale"`
 }
 
 type warmup struct {
@@ -36,43 +55,92 @@ type warmup struct {
 }
 
 // CriticWarmupWorkflow fits the critic on rollouts of the frozen policy until
-// its explained variance reaches the gate; PPO starts only after that.
+// its explained variance on rollouts it was not fitted on reaches the gate;
+// PPO starts only after that. Each round's fresh rollouts are that held-out
+// set for the critic of the rounds before (critic_fit's
+// explained_variance_before), so the gate is read from round 2 on.
 func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, error) {
 	w := &warmup{in: in}
 	gctx := gpuActivityCtx(ctx, "")
-	for round := 1; round <= max(in.MaxRounds, 1); round++ {
+	// Version 1 gates on held-out EV; histories before it gated on the EV of
+	// the batch just fitted, and an undefined EV passed.
+	heldOut := workflow.GetVersion(ctx, "warmup-heldout-gate", workflow.DefaultVersion, 1) == 1
+	rounds := max(in.MaxRounds, 1)
+	if heldOut {
+		rounds = max(in.MaxRounds, 2)
+	}
+	for round := 1; round <= rounds; round++ {
 		w.res.Rounds = round
-		passed, err := w.round(ctx, gctx, round)
-		if err != nil || passed {
+		m, err := w.round(ctx, gctx, round)
+		if err != nil {
 			return w.res, err
 		}
+		passed := w.inSampleGate(m)
+		if heldOut {
+			passed = w.heldOutGate(m, round)
+		}
+		if passed {
+			workflow.SetCurrentDetails(ctx, fmt.Sprintf("gate passed after %d round(s)", round))
+			return w.res, nil
+		}
 	}
-	return w.res, temporal.NewNonRetryableApplicationError(fmt.Sprintf("critic warm-up: explained variance %.3f below the gate %.3f after %d rounds",
-		deref(w.res.WarmEV), in.Gate, w.res.Rounds), errs.WarmupGate, nil)
+	if heldOut && in.Advisory {
+		w.res.Gate = "advisory (critic_warmup.require_gate = false): " + w.gateMiss()
+		return w.res, nil
+	}
+	return w.res, temporal.NewNonRetryableApplicationError("critic warm-up: "+w.gateMiss(), errs.WarmupGate, nil)
 }
 
-// round collects Epochs batches and fits the critic on them; it reports
-// whether the gate passed.
-func (w *warmup) round(ctx, gctx workflow.Context, round int) (bool, error) {
+// round collects Epochs batches and fits the critic on them.
+func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, error) {
 	in, res := w.in, &w.res
 	var batch []gpu.TrajectoryRef
 	for e := 0; e < max(in.Epochs, 1); e++ {
 		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*max(in.Epochs, 1)+e, &w.running)
 		if err != nil {
-			return false, err
+			return nil, err
 		}
 		res.Aborted, res.Failed, res.Stale = res.Aborted+col.aborted, res.Failed+col.failed, res.Stale+col.stale
 		batch = append(batch, col.batch...)
 	}
 	if len(batch) == 0 {
-		return false, temporal.NewNonRetryableApplicationError("critic warm-up: no usable rollout", errs.PartialBatch, nil)
+		return nil, temporal.NewNonRetryableApplicationError("critic warm-up: no usable rollout", errs.PartialBatch, nil)
 	}
 	var m gpu.Metrics
-	if err := workflow.ExecuteActivity(gctx, gact.TrainerCriticFit, gpu.TrainInput{
+	err := workflow.ExecuteActivity(gctx, gact.TrainerCriticFit, gpu.TrainInput{
 		Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
-	}).Get(ctx, &m); err != nil {
-		return false, err
+	}).Get(ctx, &m)
+	return m, err
+}
+
+// heldOutGate reads the EV the critic of earlier rounds reaches on this
+// round's rollouts, before it is fitted on them. An undefined EV (every
+// return equal) is recorded as such and never passes.
+func (w *warmup) heldOutGate(m gpu.Metrics, round int) bool {
+	res := &w.res
+	r := WarmupRound{Round: round}
+	if v, ok := m.Float("explained_variance_before"); ok {
+		r.Before = &v
 	}
+	if v, ok := m.Float("explained_variance"); ok {
+		r.Fitted = &v
+	}
+	res.History = append(res.History, r)
+	if round == 1 {
+		res.ColdEV = r.Before
+		return false
+	}
+	res.WarmEV = r.Before
+	if r.Before != nil && *r.Before >= w.in.Gate {
+		res.Gate = fmt.Sprintf("passed: held-out EV %.3f >= %.3f in round %d", *r.Before, w.in.Gate, round)
+		return true
+	}
+	return false
+}
+
+// inSampleGate is the gate of histories before version 1 (kept for replay).
+func (w *warmup) inSampleGate(m gpu.Metrics) bool {
+	res := &w.res
 	if v, ok := m.Float("explained_variance_before"); ok && res.ColdEV == nil {
 		res.ColdEV = &v
 	}
@@ -80,17 +148,25 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (bool, error) {
 	if ok {
 		res.WarmEV = &v
 	}
-	// Undefined EV (all returns equal) leaves nothing to explain: the gate passes.
-	if !ok || v >= in.Gate {
-		workflow.SetCurrentDetails(ctx, fmt.Sprintf("gate passed after %d round(s)", round))
-		return true, nil
-	}
-	return false, nil
+	return !ok || v >= w.in.Gate
 }
 
-func deref(p *float64) float64 {
-	if p == nil {
-		return 0
+// gateMiss says why the gate did not pass, round by round.
+func (w *warmup) gateMiss() string {
+	var rounds []string
+	for _, r := range w.res.History {
+		rounds = append(rounds, fmt.Sprintf("round %d %s", r.Round, fmtEVp(r.Before)))
 	}
-	return *p
+	why := fmt.Sprintf("held-out explained variance %s below the gate %.3f after %d rounds", fmtEVp(w.res.WarmEV), w.in.Gate, w.res.Rounds)
+	if w.res.WarmEV == nil {
+		why = fmt.Sprintf("held-out explained variance undefined after %d rounds (every return equal: nothing for the critic to explain), which never passes the gate %.3f", w.res.Rounds, w.in.Gate)
+	}
+	return why + " (EV on each round's fresh rollouts before fitting: " + strings.Join(rounds, ", ") + ")"
+}
+
+func fmtEVp(p *float64) string {
+	if p == nil {
+		return "undefined"
+	}
+	return fmt.Sprintf("%.3f", *p)
 }

@@ -35,8 +35,11 @@ type Config struct {
 	CriticWarmup struct {
 		Epochs    int     `toml:"epochs" json:"epochs"`         // passes over the warm-up pool (rollouts)
 		FitEpochs int     `toml:"fit_epochs" json:"fit_epochs"` // critic_fit epochs per pass
-		EVGate    float64 `toml:"ev_gate" json:"ev_gate"`       // PPO starts only when explained variance reaches this
-		MaxRounds int     `toml:"max_rounds" json:"max_rounds"` // warm-up rounds to reach the gate
+		EVGate    float64 `toml:"ev_gate" json:"ev_gate"`       // PPO starts only when held-out explained variance reaches this
+		MaxRounds int     `toml:"max_rounds" json:"max_rounds"` // warm-up rounds to reach the gate (the first has no held-out EV)
+		// RequireGate false makes the gate advisory: reported, never blocking
+		// (for policies whose rollouts all score alike, where EV is undefined).
+		RequireGate bool `toml:"require_gate" json:"require_gate"`
 	} `toml:"critic_warmup" json:"critic_warmup"`
 	PPO struct {
 		Steps              int     `toml:"steps" json:"steps"`
@@ -67,8 +70,12 @@ func defaults() Config {
 	c.SFT.Epochs = 10
 	c.CriticWarmup.Epochs = 1
 	c.CriticWarmup.FitEpochs = 20
-	c.CriticWarmup.EVGate = 0.0
-	c.CriticWarmup.MaxRounds = 3
+	// The paper's warm critic sits at EV 0.71-0.86 from the first update (cold:
+	// -33.6) after one warm-up epoch: round 1 is that epoch, round 2 reads
+	// the EV on rollouts the critic was not fitted on.
+	c.CriticWarmup.EVGate = 0.7
+	c.CriticWarmup.MaxRounds = 2
+	c.CriticWarmup.RequireGate = true
 	c.PPO.Steps = 3
 	c.PPO.TasksPerStep = 4
 	c.PPO.Concurrency = 2
@@ -160,13 +167,14 @@ func (ch *checker) check(c *Config) {
 		positive("s", c.S),
 		{"pools.train", c.Pools.Train == "", "is required (a pool of training tasks)"},
 		positive("policy.max_new_tokens", c.Policy.MaxNewTokens),
-		{"policy.temperature", c.Policy.Temperature < 0, fmt.Sprintf("= %v must be >= 0", c.Policy.Temperature)},
+		// PPO's ratio and the critic need a sampling distribution: greedy (0) has none.
+		{"policy.temperature", !(c.Policy.Temperature > 0), fmt.Sprintf("= %v must be > 0 (PPO and critic rollouts sample; greedy decoding has no distribution to train on)", c.Policy.Temperature)},
 		{"policy.preset", c.Policy.Preset != "t1" && c.Policy.Preset != "small", fmt.Sprintf("= %q must be t1 or small", c.Policy.Preset)},
 		positive("sft.epochs", c.SFT.Epochs),
 		nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs),
 		positive("critic_warmup.fit_epochs", c.CriticWarmup.FitEpochs),
 		{"critic_warmup.ev_gate", c.CriticWarmup.EVGate > 1, fmt.Sprintf("= %v must be at most 1", c.CriticWarmup.EVGate)},
-		positive("critic_warmup.max_rounds", c.CriticWarmup.MaxRounds),
+		{"critic_warmup.max_rounds", c.CriticWarmup.MaxRounds < 2, fmt.Sprintf("= %d must be at least 2 (the gate reads explained variance on a round the critic was not fitted on)", c.CriticWarmup.MaxRounds)},
 		positive("ppo.steps", c.PPO.Steps),
 		positive("ppo.tasks_per_step", c.PPO.TasksPerStep),
 		positive("ppo.concurrency", c.PPO.Concurrency),

@@ -23,3 +23,28 @@ func TestParseDefaultsAndErrors(t *testing.T) {
 		t.Errorf("bad TOML: %v", err)
 	}
 }
+
+// Greedy rollouts have no sampling distribution: PPO's ratio and the
+// trainer's log-probs need one, so a campaign at temperature 0 never starts.
+func TestTemperatureMustBePositive(t *testing.T) {
+	for _, v := range []string{"0", "-0.5"} {
+		_, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[policy]\ntemperature = "+v+"\n")
+		if err == nil || !strings.Contains(err.Error(), "c.toml: policy.temperature = "+v+" must be > 0") {
+			t.Errorf("temperature %s: %v", v, err)
+		}
+	}
+	if c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[policy]\ntemperature = 0.7\n"); err != nil || c.Policy.Temperature != 0.7 {
+		t.Fatalf("0.7: %v", err)
+	}
+}
+
+// The paper's gate by default; one round cannot have a held-out EV.
+func TestWarmupGateDefaults(t *testing.T) {
+	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n")
+	if err != nil || c.CriticWarmup.EVGate != 0.7 || c.CriticWarmup.MaxRounds != 2 || !c.CriticWarmup.RequireGate {
+		t.Fatalf("%+v %v", c.CriticWarmup, err)
+	}
+	if _, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[critic_warmup]\nmax_rounds = 1\n"); err == nil || !strings.Contains(err.Error(), "critic_warmup.max_rounds = 1 must be at least 2") {
+		t.Fatalf("max_rounds 1: %v", err)
+	}
+}

@@ -1,0 +1,109 @@
+package workflows
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// warmupEnv runs the warm-up with rollouts that all succeed and a trainer
+// whose critic_fit answers fits[round-1] (nil values: undefined EV).
+func warmupEnv(t *testing.T, in WarmupInput, fits ...gpu.Metrics) (*testsuite.TestWorkflowEnvironment, *int) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&gpu.Activities{})
+	Register(env)
+	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
+	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, rin RolloutInput) (RolloutResult, error) {
+		return RolloutResult{TaskID: rin.Task.ID, Outcome: OutcomeResolved, Scored: true, Reward: 0.5, Trajectory: &traj, PolicyVersions: []string{"v0"}}, nil
+	})
+	fitted := 0
+	env.OnActivity(gact.TrainerCriticFit, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
+		fitted++
+		return fits[min(fitted, len(fits))-1], nil
+	})
+	return env, &fitted
+}
+
+func warmupIn() WarmupInput {
+	return WarmupInput{RolloutBatch: RolloutBatch{Campaign: "c", Tasks: []task.Ref{testTask, testTask}, Version: "v0", Concurrency: 2, TurnCap: 1, S: 20,
+		Agent: activities.AgentSpec{Kind: activities.AgentPolicy, Temperature: 1}}, Epochs: 1, FitEpochs: 1, Gate: 0.7, MaxRounds: 3}
+}
+
+func ev(before, fitted any) gpu.Metrics {
+	return gpu.Metrics{"explained_variance_before": before, "explained_variance": fitted}
+}
+
+func runWarmup(t *testing.T, env *testsuite.TestWorkflowEnvironment, in WarmupInput) (WarmupResult, error) {
+	t.Helper()
+	env.ExecuteWorkflow(CriticWarmupWorkflow, in)
+	if !env.IsWorkflowCompleted() {
+		t.Fatal("warm-up did not complete")
+	}
+	var res WarmupResult
+	err := env.GetWorkflowError()
+	if err == nil {
+		env.GetWorkflowResult(&res)
+	}
+	return res, err
+}
+
+// A critic that memorises each batch (in-sample EV 0.99) but explains
+// nothing on fresh rollouts (held-out EV -1.03) must not open PPO: the
+// issue's pure-noise case, which the in-sample gate passed.
+func TestWarmupGatesOnHeldOutEV(t *testing.T) {
+	env, fitted := warmupEnv(t, warmupIn(), ev(-3.12, 0.993), ev(-1.03, 0.99), ev(-0.9, 0.99))
+	_, err := runWarmup(t, env, warmupIn())
+	if err == nil || errorType(err) != errs.WarmupGate || !strings.Contains(err.Error(), "held-out explained variance -0.900 below the gate 0.700") {
+		t.Fatalf("want the gate to fail on held-out EV, got %v", err)
+	}
+	if *fitted != 3 {
+		t.Fatalf("%d rounds, want max_rounds 3", *fitted)
+	}
+}
+
+// The paper's shape: cold -33.6, warm (held out) 0.8 in round 2.
+func TestWarmupPassesOnHeldOutEVAndRecordsColdAndWarm(t *testing.T) {
+	env, fitted := warmupEnv(t, warmupIn(), ev(-33.6, 0.5), ev(0.8, 0.9))
+	res, err := runWarmup(t, env, warmupIn())
+	if err != nil || *fitted != 2 || res.ColdEV == nil || *res.ColdEV != -33.6 || res.WarmEV == nil || *res.WarmEV != 0.8 || !strings.HasPrefix(res.Gate, "passed") {
+		t.Fatalf("res %+v, %d fits, err %v", res, *fitted, err)
+	}
+}
+
+// Round 1's EV is the cold critic's: even a lucky value there must not pass,
+// since the critic had not been fitted yet.
+func TestWarmupNeverPassesOnTheColdRound(t *testing.T) {
+	env, fitted := warmupEnv(t, warmupIn(), ev(0.9, 0.95), ev(0.8, 0.9))
+	res, err := runWarmup(t, env, warmupIn())
+	if err != nil || *fitted != 2 || res.Rounds != 2 {
+		t.Fatalf("res %+v, %d fits, err %v", res, *fitted, err)
+	}
+}
+
+// Returns without variance leave EV undefined: that is reported as such and
+// never passes the gate; only an explicit advisory gate lets PPO start.
+func TestWarmupUndefinedEVNeverPassesSilently(t *testing.T) {
+	env, _ := warmupEnv(t, warmupIn(), ev(nil, nil))
+	_, err := runWarmup(t, env, warmupIn())
+	if err == nil || errorType(err) != errs.WarmupGate || !strings.Contains(err.Error(), "undefined") {
+		t.Fatalf("undefined EV: %v", err)
+	}
+	in := warmupIn()
+	in.Advisory = true
+	env, _ = warmupEnv(t, in, ev(nil, nil))
+	res, err := runWarmup(t, env, in)
+	if err != nil || res.WarmEV != nil || !strings.Contains(res.Gate, "advisory") || !strings.Contains(res.Gate, "undefined") {
+		t.Fatalf("advisory gate: %+v %v", res, err)
+	}
+}
