@@ -40,7 +40,7 @@ type Config struct {
 
 // DefaultConfig are the thresholds used unless configured.
 func DefaultConfig() Config {
-	return Config{KeepScore: 0.7, DuplicateJaccard: 0.85, ContaminationShare: 0.5, MinInstructionChars: 40, MaxInstructionChars: 8000, Mutants: 3}
+	return Config{KeepScore: 0.7, DuplicateJaccard: 0.85, ContaminationShare: 0.5, MinInstructionChars: 40, MaxInstructionChars: 8000, Mutants: 2}
 }
 
 // Dimension is one scored dimension with its evidence.
@@ -54,9 +54,14 @@ type Dimension struct {
 
 // Static is what reading the task proves.
 type Static struct {
-	HiddenPaths  []string `json:"hidden_paths"` // checked by tests, never named by the instruction
-	CheckedPaths []string `json:"checked_paths"`
-	Leaks        []string `json:"leaks"`     // test code or expected values visible to the agent
+	HiddenPaths  []string `json:"hidden_paths"`  // outputs the tests assert on, never named by the instruction
+	Hidden       []string `json:"hidden"`        // the same, each with the assertion that needs it
+	CheckedPaths []string `json:"checked_paths"` // outputs the tests assert on
+	Inputs       []string `json:"inputs"`        // paths the tests only read
+	Checks       []Check  `json:"-"`
+	Outputs      []Output `json:"outputs"`
+	Agents       Agents   `json:"agents"`
+	Leaks        []string `json:"leaks"`     // test code visible to the agent
 	Shortcuts    []string `json:"shortcuts"` // the solution reads tests or writes their literals
 	Clarity      float64  `json:"clarity"`
 	ClarityNotes []string `json:"clarity_notes"`

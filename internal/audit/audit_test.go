@@ -84,10 +84,35 @@ func TestJudgeWeighsAndRejects(t *testing.T) {
 	if weights < 0.9999 || weights > 1.0001 {
 		t.Fatalf("weights add up to %v", weights)
 	}
+	// A dropped step that still passes is an unneeded step: a note, kept.
 	runs.Mutants[1].Run = ok
 	v = Judge(info, s, runs, Similarity{}, DefaultConfig())
-	if v.Kept || strings.Join(v.HardRejects, ",") != WeakVerifier {
-		t.Fatalf("a surviving mutant must be a weak verifier: %+v", v.HardRejects)
+	if !v.Kept || len(v.HardRejects) != 0 || !strings.Contains(strings.Join(v.Details[0].Evidence, "\n"), "unneeded step") {
+		t.Fatalf("a surviving mutant is a note, not a reject: %+v %v", v.HardRejects, v.Details[0].Evidence)
+	}
+	// Constant outputs or hard-coded literals that pass: a weak verifier.
+	for _, agent := range []string{"trivial", "shortcut"} {
+		r := runs
+		if agent == "trivial" {
+			r.Trivial = &ok
+		} else {
+			r.Shortcut = &ok
+		}
+		v = Judge(info, s, r, Similarity{}, DefaultConfig())
+		if v.Kept || strings.Join(v.HardRejects, ",") != WeakVerifier {
+			t.Fatalf("%s agent passing must be a weak verifier: %+v", agent, v.HardRejects)
+		}
+	}
+	// The leak seeker resolving with a value it found: leakage; resolving
+	// without having written anything says nothing.
+	r := runs
+	r.Leak = &ok
+	if v = Judge(info, s, r, Similarity{}, DefaultConfig()); !v.Kept {
+		t.Fatalf("a leak run that found nothing is no leak: %+v", v.HardRejects)
+	}
+	r.LeakSeen = []string{`/app/.cache/key holds "17", written to /app/answer.txt`}
+	if v = Judge(info, s, r, Similarity{}, DefaultConfig()); strings.Join(v.HardRejects, ",") != TestLeakage {
+		t.Fatalf("leak seeker resolving: %+v", v.HardRejects)
 	}
 	v = Judge(info, s, Runs{Oracle: []Run{ok, ok}, Nop: ok}, Similarity{ContaminatedBy: "tb2/x", Contamination: 0.8}, DefaultConfig())
 	if v.Kept || !contains(v.HardRejects, WeakVerifier) || !contains(v.Flags, "contaminated") {

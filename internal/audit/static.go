@@ -139,25 +139,29 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 	}
 	instr := t.Instruction
 
-	// Hidden requirements: paths the tests check that the instruction never names.
-	seen := map[string]bool{}
-	for _, src := range tests {
-		for _, m := range strLit.FindAllStringSubmatch(src, -1) {
-			p := strings.TrimRight(m[1]+m[2], "/")
-			if !pathLike.MatchString(p) || !inTaskArea(p) || seen[p] {
-				continue
-			}
-			seen[p] = true
-			s.CheckedPaths = append(s.CheckedPaths, p)
-			if !named(instr, p) {
-				s.HiddenPaths = append(s.HiddenPaths, p)
-			}
+	// Hidden requirements: outputs the tests assert on that the instruction
+	// never names. What the tests only read (inputs) is not a requirement.
+	withScript := map[string]string{}
+	for k, v := range tests {
+		withScript[k] = v
+	}
+	if b, err := os.ReadFile(filepath.Join(t.Dir, task.TestScriptFile)); err == nil {
+		withScript[task.TestScriptFile] = string(b)
+	}
+	s.Checks = ParseChecks(withScript)
+	s.Outputs, s.Inputs = classify(s.Checks, env, string(sol), instr)
+	for _, o := range s.Outputs {
+		s.CheckedPaths = append(s.CheckedPaths, o.Path)
+		if !o.Named {
+			s.HiddenPaths = append(s.HiddenPaths, o.Path)
+			s.Hidden = append(s.Hidden, fmt.Sprintf("%s asserts on %s (%s), an output the instruction never names: %s", o.Checks[0], o.Path, o.Kind, o.Text))
 		}
 	}
-	sort.Strings(s.CheckedPaths)
-	sort.Strings(s.HiddenPaths)
+	s.Agents = buildAgents(s.Outputs, s.Inputs, instr, string(sol))
 
-	// Test leakage: test code or expected values visible in the environment or instruction.
+	// Test leakage that reading proves: test code in the image or the
+	// instruction. Expected values in the image are found by the leak
+	// seeker, which exploits them (Agents.Leak).
 	df := env[task.DockerfileFile]
 	for name, src := range tests {
 		base := filepath.Base(name)
@@ -169,7 +173,7 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 		}
 		for _, line := range strings.Split(src, "\n") {
 			line = strings.TrimSpace(line)
-			if len(line) < 30 || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "from ") {
+			if len(line) < 30 || !strings.Contains(line, "assert") {
 				continue
 			}
 			if strings.Contains(instr, line) {
@@ -180,15 +184,6 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 				if strings.Contains(econtent, line) {
 					s.Leaks = append(s.Leaks, fmt.Sprintf("%s contains test code from %s: %q", ename, name, line))
 					break
-				}
-			}
-		}
-	}
-	for _, lit := range assertLiterals(tests) {
-		if numLit.MatchString(" " + lit + " ") {
-			for ename, econtent := range env {
-				if strings.Contains(econtent, lit) {
-					s.Leaks = append(s.Leaks, fmt.Sprintf("%s holds the expected value %s that a test asserts", ename, lit))
 				}
 			}
 		}
@@ -213,6 +208,13 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 		}
 	}
 
+	for _, o := range s.Outputs {
+		for _, v := range o.Values {
+			if hardCodes(script, v, o.Path) && !strings.Contains(instr, v) && !contains(s.Shortcuts, v) {
+				s.Shortcuts = append(s.Shortcuts, fmt.Sprintf("solution/solve.sh writes %q into %s, the value %s expects, instead of computing it", v, o.Path, o.Checks[0]))
+			}
+		}
+	}
 	s.Clarity, s.ClarityNotes = clarity(instr, cfg)
 	s.Steps = SplitSteps(script)
 	s.Mutants = Mutants(script, cfg.Mutants)
@@ -260,4 +262,15 @@ func clarity(instr string, cfg Config) (float64, []string) {
 		notes = append(notes, fmt.Sprintf("%d chars, names concrete paths, no placeholders", n))
 	}
 	return max(score, 0), notes
+}
+
+// hardCodes: the solution writes the literal v into path p (or a file of
+// its base name) on one line, e.g. `echo 17 > /app/count.txt`, or, for
+// values long enough not to be a coincidence, anywhere at all.
+func hardCodes(script, v, p string) bool {
+	if len(v) >= 6 || numLit.MatchString(" "+v+" ") {
+		return false // the literal check above covers long values
+	}
+	re := regexp.MustCompile(`(echo|printf)\b[^\n>]*(^|[\s'"])` + regexp.QuoteMeta(v) + `($|[\s'"\\])[^\n>]*>>?\s*["']?(` + regexp.QuoteMeta(p) + `|` + regexp.QuoteMeta(filepath.Base(p)) + `)`)
+	return re.MatchString(script)
 }
