@@ -70,6 +70,14 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 			}
 		}
 	}
+	// The optional judge model reads the instruction and tests meanwhile (v1).
+	var judged workflow.Future
+	if in.Config.JudgeEndpoint != "" && workflow.GetVersion(ctx, "audit-judge-model", workflow.DefaultVersion, 1) >= 1 {
+		jctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{TaskQueue: ids.ControlQueue, StartToCloseTimeout: 6 * time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
+			Summary: "judge model on " + in.Task.Name})
+		judged = workflow.ExecuteActivity(jctx, act.AuditJudge, activities.AuditJudgeInput{Task: in.Task, Config: in.Config})
+	}
 	results := make([]RolloutResult, len(futs))
 	toRun := func(i int) audit.Run {
 		r := rolloutOutcome(ctx, futs[i], RolloutInput{CampaignID: campaign, Task: in.Task})
@@ -92,6 +100,13 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 		if err := workflow.ExecuteActivity(actx, act.AuditLeakSeen, *results[scripted["audit-leak"]].Record).Get(ctx, &runs.LeakSeen); err != nil {
 			return audit.Verdict{}, err
 		}
+	}
+	if judged != nil {
+		var m audit.ModelVerdict
+		if err := judged.Get(ctx, &m); err != nil {
+			return audit.Verdict{}, err
+		}
+		runs.Model = &m
 	}
 	if ctx.Err() != nil {
 		return audit.Verdict{}, ctx.Err()

@@ -46,7 +46,7 @@ func buildAgents(outs []Output, inputs []string, instr, solution string) Agents 
 			fmt.Fprintf(&short, "mkdir -p \"$(dirname %s)\"\n{ echo '#!/bin/sh'; %s } > %s\nchmod +x %s\n", q, printfLines(o.Values, true), q, q)
 			execWithValues = execWithValues || len(o.Values) > 0
 		default:
-			fmt.Fprintf(&triv, "mkdir -p \"$(dirname %s)\"\necho %s > %s\n", q, TrivialContent, q)
+			fmt.Fprintf(&triv, "mkdir -p \"$(dirname %s)\"\n[ -d %s ] || echo %s > %s\n", q, q, TrivialContent, q)
 			fmt.Fprintf(&short, "mkdir -p \"$(dirname %s)\"\n{ %s } > %s\n", q, printfLines(o.Values, false), q)
 		}
 	}

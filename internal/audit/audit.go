@@ -36,11 +36,17 @@ type Config struct {
 	MinInstructionChars int     `json:"min_instruction_chars" toml:"min_instruction_chars"`
 	MaxInstructionChars int     `json:"max_instruction_chars" toml:"max_instruction_chars"`
 	Mutants             int     `json:"mutants" toml:"mutants"` // mutated solutions run per task
+	// An optional judge model (OpenAI-compatible base URL, with or without
+	// /v1) for the instruction dimensions and hidden requirements; the key is
+	// read on the worker from the variable JudgeAPIKeyEnv names.
+	JudgeEndpoint  string `json:"judge_endpoint,omitempty" toml:"judge_endpoint"`
+	JudgeModel     string `json:"judge_model,omitempty" toml:"judge_model"`
+	JudgeAPIKeyEnv string `json:"judge_api_key_env,omitempty" toml:"judge_api_key_env"`
 }
 
 // DefaultConfig are the thresholds used unless configured.
 func DefaultConfig() Config {
-	return Config{KeepScore: 0.7, DuplicateJaccard: 0.85, ContaminationShare: 0.5, MinInstructionChars: 40, MaxInstructionChars: 8000, Mutants: 2}
+	return Config{KeepScore: 0.7, DuplicateJaccard: 0.85, ContaminationShare: 0.5, MinInstructionChars: 40, MaxInstructionChars: 8000, Mutants: 1}
 }
 
 // Dimension is one scored dimension with its evidence.

@@ -34,7 +34,7 @@ func TestStaticChecksCatchPlantedTasks(t *testing.T) {
 		t.Errorf("shortcut: %v", s.Shortcuts)
 	}
 	good := analyze(t, planted+"good-sum")
-	if len(good.HiddenPaths)+len(good.Leaks)+len(good.Shortcuts) != 0 || len(good.Steps) != 2 || len(good.Mutants) != 2 {
+	if len(good.HiddenPaths)+len(good.Leaks)+len(good.Shortcuts) != 0 || len(good.Steps) != 2 || len(good.Mutants) != 1 {
 		t.Errorf("good task: %+v", good)
 	}
 }
@@ -126,5 +126,26 @@ func TestShinglesFindNearDuplicates(t *testing.T) {
 	c := Shingles("Create a git repository with one commit that adds NOTES.md", 4)
 	if Jaccard(a, b) < 0.5 || Jaccard(a, c) > 0.1 || Containment(a, a) != 1 {
 		t.Fatalf("jaccard %v %v", Jaccard(a, b), Jaccard(a, c))
+	}
+}
+
+func TestModelVerdictSitsBesideTheExecutableChecks(t *testing.T) {
+	s := analyze(t, planted+"good-sum")
+	ok := Run{Scored: true, Resolved: true, Passed: 2, Total: 2, Outcome: "resolved"}
+	runs := Runs{Oracle: []Run{ok, ok}, Nop: Run{Scored: true, Total: 2}}
+	info := TaskInfo{Name: "good-sum", Difficulty: "medium"}
+	base := Judge(info, s, runs, Similarity{}, DefaultConfig())
+	runs.Model = &ModelVerdict{Model: "m", Clarity: 0.5, Completeness: 1, Quote: "Write the sum"}
+	v := Judge(info, s, runs, Similarity{}, DefaultConfig())
+	if !v.Kept || v.Dimensions["instruction_clarity"] != (base.Dimensions["instruction_clarity"]+0.5)/2 {
+		t.Fatalf("clarity is the mean of heuristic and model: %v vs %v", v.Dimensions, base.Dimensions)
+	}
+	runs.Model.Hidden = []Finding{{Assertion: "assert x", Requirement: "y"}}
+	if v = Judge(info, s, runs, Similarity{}, DefaultConfig()); strings.Join(v.HardRejects, ",") != HiddenRequirements {
+		t.Fatalf("a quoted hidden requirement is a hard reject: %v", v.HardRejects)
+	}
+	runs.Model = &ModelVerdict{Model: "m", Error: "no JSON object"}
+	if v = Judge(info, s, runs, Similarity{}, DefaultConfig()); !v.Kept || v.Dimensions["instruction_clarity"] != base.Dimensions["instruction_clarity"] {
+		t.Fatalf("an unusable answer leaves the executable checks alone: %+v", v)
 	}
 }

@@ -28,7 +28,7 @@ var (
 	pyWrite    = regexp.MustCompile(`open\(\s*([A-Za-z_]\w*|"[^"]+"|'[^']+')\s*,\s*["'][wa]`)
 	shCompare  = regexp.MustCompile(`(?:==?|!=|-eq|-ne|-ge|-le|-gt|-lt)\s+("[^"]*"|'[^']*'|[^\s\]"';|&)]+)`)
 	callArgs   = regexp.MustCompile(`[\w.\]]\([^()]*\)`)
-	numTok     = regexp.MustCompile(`(?:^|[\s\[(,=<>!:])(-?\d+(?:\.\d+)?)(?:$|[\s\]),:])`)
+	numTok     = regexp.MustCompile(`(?:^|[\s(,=<>!:]|[^\w\])]\[)(-?\d+(?:\.\d+)?)(?:$|[\s\]),:])`)
 )
 
 // ParseChecks finds the assertion blocks of every test file (path → source).
@@ -164,7 +164,7 @@ func pyValues(line string) []string {
 	}
 	for _, m := range strLit.FindAllStringSubmatch(l, -1) {
 		s := m[1] + m[2]
-		if s != "" && !pathLike.MatchString(s) {
+		if alnum.MatchString(s) && !pathLike.MatchString(s) {
 			out = appendNew(out, s)
 		}
 	}
@@ -198,7 +198,7 @@ func shChecks(file, src string) []Check {
 		}
 		for _, m := range shCompare.FindAllStringSubmatch(l, -1) {
 			v := strings.Trim(m[1], `"'`)
-			if v != "" && !strings.HasPrefix(v, "$") && !pathLike.MatchString(v) {
+			if alnum.MatchString(v) && !strings.HasPrefix(v, "$") && !pathLike.MatchString(v) {
 				c.Values = appendNew(c.Values, v)
 			}
 		}

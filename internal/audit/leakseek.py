@@ -49,7 +49,7 @@ for p, text in files():
 
 for o in SPEC["outputs"]:
     hits = found.get(o["path"])
-    if not hits:
+    if not hits or os.path.isdir(o["path"]):
         continue
     vals = [v for v, _ in hits]
     os.makedirs(os.path.dirname(o["path"]) or "/", exist_ok=True)

@@ -21,8 +21,10 @@ type Output struct {
 
 // classify splits the tests' paths into outputs (requirements) and inputs.
 func classify(checks []Check, env map[string]string, solution, instr string) ([]Output, []string) {
-	envText := strings.Join(mapValues(env), "\n")
-	copied := copyDests(env["environment/Dockerfile"])
+	// Only the Dockerfile says what the image holds; files it COPYs count by
+	// their destination (a COPYed file's own text may mention anything).
+	envText := env["environment/Dockerfile"]
+	copied := copyDests(envText)
 	byPath := map[string]*Output{}
 	var inputs []string
 	fixture := map[string]bool{}

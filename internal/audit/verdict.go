@@ -27,6 +27,8 @@ type Runs struct {
 	Shortcut *Run     `json:"shortcut,omitempty"`
 	Leak     *Run     `json:"leak,omitempty"`
 	LeakSeen []string `json:"leak_seen,omitempty"`
+	// The optional judge model's verdict (nil: none configured).
+	Model *ModelVerdict `json:"model,omitempty"`
 }
 
 // Mutated is a mutant's description and its run.
@@ -68,6 +70,7 @@ func Judge(t TaskInfo, s Static, r Runs, sim Similarity, cfg Config) Verdict {
 	j.executable(r)
 	j.verifierStrength(r)
 	j.static(s, r)
+	j.model(r.Model)
 	j.value(t, s, sim)
 	if !allScored(r) {
 		j.v.Flags = append(j.v.Flags, "infra")
