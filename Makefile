@@ -64,6 +64,9 @@ unit:
 bench: deps
 	go run ./bench -out docs/bench.md
 
+bench-audit: deps
+	go run ./bench -audit-only -out docs/bench.md
+
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	go vet ./...
