@@ -75,7 +75,7 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 	if in.Config.JudgeEndpoint != "" && workflow.GetVersion(ctx, "audit-judge-model", workflow.DefaultVersion, 1) >= 1 {
 		jctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{TaskQueue: ids.ControlQueue, StartToCloseTimeout: 6 * time.Minute,
 			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
-			Summary: "judge model on " + in.Task.Name})
+			Summary:     "judge model on " + in.Task.Name})
 		judged = workflow.ExecuteActivity(jctx, act.AuditJudge, activities.AuditJudgeInput{Task: in.Task, Config: in.Config})
 	}
 	results := make([]RolloutResult, len(futs))
