@@ -39,8 +39,13 @@ func main() {
 	out := flag.String("out", "docs/bench.md", "where to write the results")
 	n := flag.Int("n", 15, "lifecycle repetitions")
 	turns := flag.Int("turns", 30, "turns per rollout in the turn-loop benchmark")
+	auditOnly := flag.Bool("audit-only", false, "run only the audit's precision/recall benchmark and replace its section of -out")
 	flag.Parse()
-	if err := run(*out, *n, *turns); err != nil {
+	do := func() error { return run(*out, *n, *turns) }
+	if *auditOnly {
+		do = func() error { return runAuditOnly(*out) }
+	}
+	if err := do(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -133,6 +138,10 @@ func run(out string, n, turns int) error {
 	if err != nil {
 		return err
 	}
+	aud, err := benchAudit(ctx, c, e.st)
+	if err != nil {
+		return err
+	}
 	camp, err := benchCampaign(ctx, c, e.st, filepath.Join(e.tmp, "campaign"), e.ref)
 	if err != nil {
 		return err
@@ -151,6 +160,7 @@ func run(out string, n, turns int) error {
 	writeSandboxNotes(&b, perTurnOurs, perTurnBare)
 	b.WriteString(harness)
 	b.WriteString(rst)
+	b.WriteString(aud)
 	b.WriteString(camp)
 
 	// The GPU side: the reference trainer and inference server, measured by
