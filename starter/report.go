@@ -61,17 +61,21 @@ func reportCmd(ctx context.Context, args []string, stdout io.Writer) error {
 
 // ReportNumbers are the series the report plots.
 type ReportNumbers struct {
-	Campaign   string           `json:"campaign"`
-	Steps      []int            `json:"steps"`
-	Reward     []float64        `json:"reward_mean"`
-	EV         []float64        `json:"explained_variance"`
-	GapReplay  []float64        `json:"logprob_gap_replay"`
-	GapFree    []float64        `json:"logprob_gap_noreplay"`
-	Turns      []float64        `json:"mean_turns"`
-	ColdEV     *float64         `json:"cold_ev,omitempty"`
-	WarmEV     *float64         `json:"warm_ev,omitempty"`
-	Evals      []map[string]any `json:"evals"`
-	Excluded   map[string]int   `json:"excluded"`
+	Campaign  string           `json:"campaign"`
+	Steps     []int            `json:"steps"`
+	Reward    []float64        `json:"reward_mean"`
+	EV        []float64        `json:"explained_variance"`
+	GapReplay []float64        `json:"logprob_gap_replay"`
+	GapFree   []float64        `json:"logprob_gap_noreplay"`
+	Turns     []float64        `json:"mean_turns"`
+	ColdEV    *float64         `json:"cold_ev,omitempty"`
+	WarmEV    *float64         `json:"warm_ev,omitempty"`
+	Evals     []map[string]any `json:"evals"`
+	Excluded  map[string]int   `json:"excluded"`
+	// Tampered counts PPO-step rollouts refused for tampering (trained on
+	// at reward 0); each eval's count is in its "tampered".
+	Tampered   int              `json:"tampered"`
+	StepTamper []int            `json:"tampered_per_step"`
 	Checkpoint []string         `json:"checkpoints"`
 	Metrics    []map[string]any `json:"metrics"`
 }
@@ -95,10 +99,12 @@ func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 		n.Turns = append(n.Turns, s.MeanTurns)
 		n.Checkpoint = append(n.Checkpoint, s.Checkpoint)
 		n.Metrics = append(n.Metrics, s.Metrics)
+		n.Tampered += s.Tampered
+		n.StepTamper = append(n.StepTamper, s.Tampered)
 	}
 	for _, e := range rep.State.Evals {
 		n.Evals = append(n.Evals, map[string]any{"label": e.Label, "policy": e.WeightVersion, "resolved_rate": e.Summary.ResolvedRate,
-			"mean_reward": e.Summary.MeanReward, "mean_turns": e.Summary.MeanTurns, "rollouts": e.Summary.Rollouts})
+			"mean_reward": e.Summary.MeanReward, "mean_turns": e.Summary.MeanTurns, "rollouts": e.Summary.Rollouts, "tampered": e.Summary.Tampered})
 	}
 	// NaN is not JSON: drop undefined points to null.
 	for _, xs := range [][]float64{n.EV, n.GapReplay, n.GapFree} {
@@ -162,8 +168,8 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<!doctype html><meta charset=utf-8><title>t1flow campaign %s</title>", html.EscapeString(n.Campaign))
 	b.WriteString(`<style>body{font-family:sans-serif;max-width:960px;margin:2em auto}figure{display:inline-block;margin:8px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}</style>`)
-	fmt.Fprintf(&b, "<h1>Campaign %s</h1><p>%d PPO steps; critic EV cold %s, warm %s; left out of training: %d aborted, %d failed, %d stale.</p>",
-		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"])
+	fmt.Fprintf(&b, "<h1>Campaign %s</h1><p>%d PPO steps; critic EV cold %s, warm %s; left out of training: %d aborted, %d failed, %d stale; tampered (trained on at reward 0): %d.</p>",
+		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"], n.Tampered)
 	b.WriteString(lineChart("mean reward per PPO step", n.Steps, map[string][]float64{"reward": n.Reward}))
 	b.WriteString(lineChart("critic explained variance per step", n.Steps, map[string][]float64{"EV": n.EV}))
 	b.WriteString(lineChart("train–inference log-prob gap", n.Steps, map[string][]float64{"with R3": n.GapReplay, "without R3": n.GapFree}))

@@ -23,6 +23,7 @@ type StepRecord struct {
 	Aborted       int         `json:"aborted"`
 	Failed        int         `json:"failed"`
 	Stale         int         `json:"stale"`
+	Tampered      int         `json:"tampered"` // trained on, at reward 0
 	RewardMean    float64     `json:"reward_mean"`
 	MeanTurns     float64     `json:"mean_turns"`
 	Checkpoint    string      `json:"checkpoint,omitempty"`
@@ -58,6 +59,7 @@ type collected struct {
 	batch                  []gpu.TrajectoryRef
 	rollouts               int
 	aborted, failed, stale int
+	tampered               int // in the batch, at reward 0: behaviour to train away
 	reward, turns          float64
 }
 
@@ -94,6 +96,9 @@ func (c *collected) add(r RolloutResult, version string) {
 		// Sampled by another policy version: never trained on.
 		c.stale++
 	default:
+		if r.Outcome == OutcomeTampered {
+			c.tampered++
+		}
 		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID})
 		c.reward += r.Reward
 		c.turns += float64(r.Turns)
@@ -124,7 +129,7 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	if err != nil {
 		return StepRecord{}, err
 	}
-	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale}
+	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale, Tampered: col.tampered}
 	excluded := col.aborted + col.failed + col.stale
 	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
