@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -247,7 +248,7 @@ func (p *parser) num(key string, def, lo, hi float64) float64 {
 		return def
 	}
 	if f < lo || f > hi {
-		p.fail(key, fmt.Sprintf("= %v must be between %v and %v", f, lo, hi))
+		p.fail(key, fmt.Sprintf("= %s must be between %s and %s", fmtNum(f), fmtNum(lo), fmtNum(hi)))
 		return def
 	}
 	return f
@@ -291,3 +292,5 @@ func (p *parser) warnUnknown() {
 	}
 	walk("", p.raw)
 }
+
+func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
