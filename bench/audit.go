@@ -98,7 +98,7 @@ func scoreAudit(vs []audit.Verdict, labels map[string]string, wall time.Duration
 				correct++
 			}
 		}
-		fmt.Fprintf(&b, "| `%s` | %d | %d | %d | %s | %s |\n", r, planted, rejected, correct, ratio(correct, rejected), ratio(correct, planted))
+		fmt.Fprintf(&b, "| `%s` | %d | %d | %d | %s | %s |\n", r, planted, rejected, correct, share(correct, rejected), share(correct, planted))
 	}
 	sort.Slice(vs, func(i, j int) bool { return vs[i].Name < vs[j].Name })
 	for _, v := range vs {
@@ -121,7 +121,8 @@ func scoreAudit(vs []audit.Verdict, labels map[string]string, wall time.Duration
 	return b.String()
 }
 
-func ratio(a, b int) string {
+// share is a/b as a precision or recall, "–" when b is 0.
+func share(a, b int) string {
 	if b == 0 {
 		return "–"
 	}

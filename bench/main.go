@@ -39,13 +39,25 @@ func main() {
 	out := flag.String("out", "docs/bench.md", "where to write the results")
 	n := flag.Int("n", 15, "lifecycle repetitions")
 	turns := flag.Int("turns", 30, "turns per rollout in the turn-loop benchmark")
-	auditOnly := flag.Bool("audit-only", false, "run only the audit's precision/recall benchmark and replace its section of -out")
+	only := flag.String("only", "", "\"verify\" or \"audit\": run only that benchmark and rewrite just its section of -out")
+	auditOnly := flag.Bool("audit-only", false, "the same as -only audit")
+	verifyN := flag.Int("verify-n", 3, "oracle sandboxes per task and path in the verification benchmark")
 	flag.Parse()
-	do := func() error { return run(*out, *n, *turns) }
 	if *auditOnly {
-		do = func() error { return runAuditOnly(*out) }
+		*only = "audit"
 	}
-	if err := do(); err != nil {
+	var err error
+	switch *only {
+	case "":
+		err = run(*out, *n, *turns, *verifyN)
+	case "verify":
+		err = runVerifyOnly(*out, *verifyN)
+	case "audit":
+		err = runAuditOnly(*out)
+	default:
+		err = fmt.Errorf("-only %q: the benchmarks that run alone are \"verify\" and \"audit\"", *only)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -101,7 +113,26 @@ func setup(ctx context.Context) (*env, error) {
 	return e, nil
 }
 
-func run(out string, n, turns int) error {
+// runVerifyOnly measures sealed verification alone and splices its section
+// into out, leaving the other figures as they were.
+func runVerifyOnly(out string, n int) error {
+	ctx := context.Background()
+	e, err := setup(ctx)
+	if e != nil && e.tmp != "" {
+		defer os.RemoveAll(e.tmp)
+	}
+	if err != nil {
+		return err
+	}
+	sec, err := benchVerify(ctx, e, n)
+	if err != nil {
+		return err
+	}
+	fmt.Print(sec)
+	return spliceSection(out, verifySection, sec)
+}
+
+func run(out string, n, turns, verifyN int) error {
 	ctx := context.Background()
 	e, err := setup(ctx)
 	if e != nil && e.tmp != "" {
@@ -150,6 +181,10 @@ func run(out string, n, turns int) error {
 	if err != nil {
 		return err
 	}
+	verify, err := benchVerify(ctx, e, verifyN)
+	if err != nil {
+		return err
+	}
 	var b strings.Builder
 	writeSandboxTable(&b, n, turns, lifeOurs, lifeBare, perTurnOurs, perTurnBare)
 	traj, err := benchTrajectory(e.tmp)
@@ -162,6 +197,7 @@ func run(out string, n, turns int) error {
 	b.WriteString(rst)
 	b.WriteString(aud)
 	b.WriteString(camp)
+	b.WriteString(verify)
 
 	// The GPU side: the reference trainer and inference server, measured by
 	// their own benchmark in the same run.

@@ -56,6 +56,16 @@ func (d *Docker) ExecRaw(ctx context.Context, id, script, user string) (ExecResu
 	return d.exec(ctx, id, []string{"bash", "-c", script}, ExecOptions{User: user, Timeout: time.Minute})
 }
 
+// ExecArgv runs argv as it is: no bash and no timeout from the container, for
+// the sealed verifier (the container's own timeout and bash are the agent's to
+// replace). Only the Go-side backstop bounds it, at o.Timeout + 15 s.
+func (d *Docker) ExecArgv(ctx context.Context, id string, argv []string, o ExecOptions) (ExecResult, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Minute
+	}
+	return d.exec(ctx, id, argv, o)
+}
+
 func (d *Docker) exec(ctx context.Context, id string, cmd []string, o ExecOptions) (ExecResult, error) {
 	if o.HeadCap == 0 && o.TailCap == 0 {
 		o.HeadCap, o.TailCap = 8<<10, 8<<10

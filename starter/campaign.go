@@ -155,6 +155,13 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		fmt.Fprintf(w, "  in flight: %s\n", s.InFlight)
 	}
 	fmt.Fprintf(w, "  aborted %d, failed %d, stale %d rollouts left out of training\n", s.Aborted, s.Failed, s.Stale)
+	tampered := 0
+	for _, r := range s.Recent {
+		tampered += r.Tampered
+	}
+	if tampered > 0 {
+		fmt.Fprintf(w, "  tampered %d in the recent steps (trained on at reward 0)\n", tampered)
+	}
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "  latest checkpoint %s (compare: starter eval --pool POOL --checkpoint %s:init,%s:latest --wait)\n", s.Checkpoint, s.Name, s.Name)
 	}

@@ -27,6 +27,7 @@ type StepRecord struct {
 	// re-routed on a prefix-cache miss); RerouteTrajectories counts those with any.
 	Rerouted            int     `json:"rerouted"`
 	RerouteTrajectories int     `json:"reroute_trajectories"`
+	Tampered            int     `json:"tampered"` // trained on, at reward 0
 	RewardMean          float64 `json:"reward_mean"`
 	MeanTurns           float64 `json:"mean_turns"`
 	Checkpoint          string  `json:"checkpoint,omitempty"`
@@ -63,6 +64,7 @@ type collected struct {
 	rollouts               int
 	aborted, failed, stale int
 	rerouted, rerouteTrajs int
+	tampered               int // in the batch, at reward 0: behaviour to train away
 	reward, turns          float64
 }
 
@@ -103,6 +105,9 @@ func (c *collected) add(r RolloutResult, version string, temperature float64) {
 		// Sampled by another policy version: never trained on.
 		c.stale++
 	default:
+		if r.Outcome == OutcomeTampered {
+			c.tampered++
+		}
 		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
 		c.reward += r.Reward
 		c.rerouted += r.Rerouted
@@ -138,7 +143,7 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		return StepRecord{}, err
 	}
 	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale,
-		Rerouted: col.rerouted, RerouteTrajectories: col.rerouteTrajs}
+		Rerouted: col.rerouted, RerouteTrajectories: col.rerouteTrajs, Tampered: col.tampered}
 	excluded := col.aborted + col.failed + col.stale
 	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
+)
+
+// verifySection is the heading benchVerify's figures go under; -only verify
+// rewrites just that section of the output file.
+const verifySection = "## Sealed verification"
+
+// unsealedPrepare is verification's prepare step as it was before the sealed
+// toolchain: the container's own bash, rm and mkdir.
+const unsealedPrepare = `kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; ` +
+	`rm -rf /tests ` + activities.VerifierDir + ` && mkdir -p ` + activities.VerifierDir + ` /tests`
+
+// benchVerify measures, in one run: the time to build the toolchain once
+// (in a scratch directory, downloads included), and the verification of the
+// oracle's work with the sealed verifier (Verify: tamper check, sealed
+// prepare, test.sh under the toolchain) against the unsealed path it replaced
+// (the container's bash and python3), on the same sandboxes' twins.
+func benchVerify(ctx context.Context, e *env, n int) (string, error) {
+	base, err := e.d.EnsureBaseImage(ctx)
+	if err != nil {
+		return "", err
+	}
+	scratch := filepath.Join(e.tmp, "toolchain-build")
+	start := time.Now()
+	tc, err := sandbox.EnsureToolchain(ctx, e.d.Client, base, scratch)
+	if err != nil {
+		return "", err
+	}
+	build := time.Since(start)
+	os.RemoveAll(scratch)
+	if _, err := e.d.EnsureToolchain(ctx); err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "\n%s\n\nWritten by `make bench` or, alone, `go run ./bench -only verify` (bench/verify.go) on %s, %d CPUs. "+
+		"Each figure is a median over the task's oracle sandboxes (n=%d per task and path); sealed = the Verify activity "+
+		"(docker diff tamper check, sealed prepare, test.sh under the read-only toolchain), unsealed = the path it replaced "+
+		"(the container's bash, rm, timeout and python3), both reading results the same way.\n\n",
+		verifySection, time.Now().Format("2006-01-02"), runtime.NumCPU(), n)
+	fmt.Fprintf(&b, "Toolchain build, once per host: **%.1f s** (wheels downloaded from PyPI included), %d MB on disk.\n\n", build.Seconds(), tc.SizeBytes>>20)
+	b.WriteString("| task | sealed | unsealed | ratio |\n|---|---|---|---|\n")
+	var sealedAll, unsealedAll []time.Duration
+	dirs, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "examples/tasks/*"))
+	for _, dir := range dirs {
+		s, u, err := benchVerifyTask(ctx, e, dir, n, true)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", filepath.Base(dir), err)
+		}
+		sealedAll, unsealedAll = append(sealedAll, s...), append(unsealedAll, u...)
+		fmt.Fprintf(&b, "| %s | %s | %s | %.2f× |\n", filepath.Base(dir), ms(median(s)), ms(median(u)), ratio(s, u))
+	}
+	target := "met"
+	if ratio(sealedAll, unsealedAll) > 1.2 {
+		target = "NOT met"
+	}
+	fmt.Fprintf(&b, "| **all examples/tasks** | **%s** | **%s** | **%.2f×** (target ≤ 1.2×: %s) |\n\n", ms(median(sealedAll)), ms(median(unsealedAll)), ratio(sealedAll, unsealedAll), target)
+	b.WriteString("Terminal-Bench-format tasks (their test.sh installs curl, downloads uv, runs `uvx -p 3.13 -w pytest==8.4.1 -w pytest-json-ctrf==0.3.5 pytest`): " +
+		"sealed only, since unsealed they cannot run offline at all (`uvx: command not found`, a verifier_error).\n\n| task | sealed |\n|---|---|\n")
+	tbs, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), "examples/tb2/*"))
+	for _, dir := range tbs {
+		s, _, err := benchVerifyTask(ctx, e, dir, n, false)
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", filepath.Base(dir), err)
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", filepath.Base(dir), ms(median(s)))
+	}
+	return b.String(), nil
+}
+
+func ratio(a, b []time.Duration) float64 { return float64(median(a)) / float64(median(b)) }
+
+// benchVerifyTask runs the oracle in fresh sandboxes and times verification,
+// sealed and (when unsealed) the old way, alternating so drift hits both.
+func benchVerifyTask(ctx context.Context, e *env, dir string, n int, unsealed bool) (sealed, old []time.Duration, err error) {
+	tk, err := task.Load(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	ref, err := task.Bundle(ctx, e.st, tk)
+	if err != nil {
+		return nil, nil, err
+	}
+	for i := 0; i < n; i++ {
+		for _, seal := range []bool{true, false} {
+			if !seal && !unsealed {
+				continue
+			}
+			d, err := verifyOnce(ctx, e, tk, ref, fmt.Sprintf("bench-verify-%d-%d-%v", os.Getpid(), i, seal), seal)
+			if err != nil {
+				return nil, nil, err
+			}
+			if seal {
+				sealed = append(sealed, d)
+			} else {
+				old = append(old, d)
+			}
+		}
+	}
+	return sealed, old, nil
+}
+
+func verifyOnce(ctx context.Context, e *env, tk *task.Task, ref task.Ref, rollout string, sealed bool) (time.Duration, error) {
+	a := e.acts
+	cs, err := a.CreateSandbox(ctx, activities.CreateSandboxInput{Task: ref, RolloutID: rollout + "." + tk.ID, SandboxAttempt: 1})
+	if err != nil {
+		return 0, err
+	}
+	defer a.DestroySandbox(context.WithoutCancel(ctx), activities.DestroyInput{Sandbox: cs.Sandbox})
+	if _, err := a.AgentTurn(ctx, activities.TurnInput{Sandbox: cs.Sandbox, Task: ref, Agent: activities.AgentSpec{Kind: activities.AgentOracle}, TimeoutSec: 300}); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	var vr activities.VerifyResult
+	if sealed {
+		vr, err = a.Verify(ctx, activities.VerifyInput{Sandbox: cs.Sandbox, Task: ref, RolloutID: rollout, TimeoutSec: 120})
+	} else {
+		vr, err = verifyUnsealed(ctx, e, tk, cs.Sandbox.ContainerID)
+	}
+	took := time.Since(start)
+	if err != nil {
+		return 0, err
+	}
+	if vr.Total == 0 || vr.Passed != vr.Total {
+		return 0, fmt.Errorf("oracle not resolved (sealed %v): %d/%d", sealed, vr.Passed, vr.Total)
+	}
+	return took, nil
+}
+
+func verifyUnsealed(ctx context.Context, e *env, tk *task.Task, id string) (activities.VerifyResult, error) {
+	if _, err := e.d.ExecRaw(ctx, id, unsealedPrepare, "root"); err != nil {
+		return activities.VerifyResult{}, err
+	}
+	tests, err := task.TarBytes(tk.Dir, "tests", "tests/")
+	if err != nil {
+		return activities.VerifyResult{}, err
+	}
+	if err := e.d.CopyIn(ctx, id, "/", tests); err != nil {
+		return activities.VerifyResult{}, err
+	}
+	if _, err := e.d.Exec(ctx, id, "bash /tests/test.sh", sandbox.ExecOptions{Timeout: 2 * time.Minute, User: "root"}); err != nil {
+		return activities.VerifyResult{}, err
+	}
+	b, err := e.d.CopyOut(ctx, id, activities.VerifierDir)
+	if err != nil {
+		return activities.VerifyResult{}, err
+	}
+	files, err := sandbox.UntarFiles(b, 4<<20)
+	if err != nil {
+		return activities.VerifyResult{}, err
+	}
+	return activities.ParseResults(files)
+}
+
+// spliceSection replaces (or appends) one "## " section of a markdown file.
+func spliceSection(file, heading, section string) error {
+	old, _ := os.ReadFile(file)
+	s := string(old)
+	i := strings.Index(s, "\n"+heading+"\n")
+	if i < 0 {
+		return os.WriteFile(file, []byte(strings.TrimRight(s, "\n")+"\n"+section), 0o644)
+	}
+	rest := s[i+1:]
+	j := strings.Index(rest[len(heading):], "\n## ")
+	tail := ""
+	if j >= 0 {
+		tail = rest[len(heading)+j:]
+	}
+	return os.WriteFile(file, []byte(s[:i]+section+tail), 0o644)
+}
