@@ -202,7 +202,10 @@ func (t *Temporal) hint(err error) string {
 	case tlsOn && !clientCert && (strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "handshake failure")):
 		return "; the server requires a client certificate (mTLS): set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH " +
 			"(profile keys tls.client_cert_path, tls.client_key_path)"
-	case clientCert && (strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate")):
+	case clientCert && (strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate") ||
+		// A server that rejects the certificate may close the connection
+		// before its TLS alert is read: the client sees only the cut.
+		strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")):
 		return "; the server refused the client certificate " + t.setting("TEMPORAL_TLS_CLIENT_CERT_PATH", "tls.client_cert_path") +
 			" = " + t.profile.TLS.ClientCertPath + ": use one signed by a CA the server accepts"
 	case strings.Contains(msg, "first record does not look like a tls handshake"):
