@@ -170,12 +170,32 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 	}
 	for _, r := range s.Recent {
 		b, _ := json.Marshal(r.Metrics)
-		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, b)
+		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r), b)
 	}
 	for _, e := range s.Evals {
 		fmt.Fprintf(w, "  eval %s\n", e)
 	}
 	fmt.Fprintf(w, "  %s\n", config.UIURL(wid))
+}
+
+// retriesText says how many of a step's samples were started again after an
+// R3 abort, and how often ("" when none was).
+func retriesText(r workflows.StepRecord) string {
+	retried := retriedSamples(r)
+	if retried == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d retried after aborts (samples by retries %v, max %d)", retried, r.Retries, r.RetriesMax)
+}
+
+func retriedSamples(r workflows.StepRecord) int {
+	n := 0
+	for k, c := range r.Retries {
+		if k > 0 {
+			n += c
+		}
+	}
+	return n
 }
 
 func fmtEV(p *float64) string {

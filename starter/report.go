@@ -79,6 +79,9 @@ type ReportNumbers struct {
 	StepTamper []int            `json:"tampered_per_step"`
 	Checkpoint []string         `json:"checkpoints"`
 	Metrics    []map[string]any `json:"metrics"`
+	// Per step: samples started again after an R3 abort, and the most retries one took.
+	Retried    []int `json:"retried"`
+	RetriesMax []int `json:"retries_max"`
 }
 
 func metric(m map[string]any, k string) float64 {
@@ -98,6 +101,7 @@ func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 		n.GapReplay = append(n.GapReplay, metric(s.Metrics, "logprob_gap_replay"))
 		n.GapFree = append(n.GapFree, metric(s.Metrics, "logprob_gap_noreplay"))
 		n.Turns = append(n.Turns, s.MeanTurns)
+		n.Retried, n.RetriesMax = append(n.Retried, retriedSamples(s)), append(n.RetriesMax, s.RetriesMax)
 		n.Checkpoint = append(n.Checkpoint, s.Checkpoint)
 		n.Metrics = append(n.Metrics, s.Metrics)
 		n.Tampered += s.Tampered
@@ -173,6 +177,13 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"], n.Tampered)
 	if n.WarmupGate != "" {
 		fmt.Fprintf(&b, "<p>Critic warm-up gate: %s.</p>", html.EscapeString(n.WarmupGate))
+	}
+	retried, most := 0, 0
+	for i := range n.Retried {
+		retried, most = retried+n.Retried[i], max(most, n.RetriesMax[i])
+	}
+	if retried > 0 {
+		fmt.Fprintf(&b, "<p>%d samples were started again after an R3 abort (routing missing); at most %d retries for one sample.</p>", retried, most)
 	}
 	b.WriteString(lineChart("mean reward per PPO step", n.Steps, map[string][]float64{"reward": n.Reward}))
 	b.WriteString(lineChart("critic explained variance per step", n.Steps, map[string][]float64{"EV": n.EV}))

@@ -34,7 +34,7 @@ func (c *campaignRun) agent() activities.AgentSpec {
 // batch is the tasks rolled out by the current policy for training.
 func (c *campaignRun) batch(tasks []task.Ref) RolloutBatch {
 	return RolloutBatch{Campaign: c.cfg.Name, KeyPrefix: c.key(""), Tasks: tasks, Agent: c.agent(), Version: c.st.WeightVersion,
-		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency}
+		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency, DeadlineMinutes: c.cfg.PPO.StepDeadlineMinutes}
 }
 
 func (c *campaignRun) poolTasks(ctx workflow.Context, pool string, n int, seed int) ([]task.Ref, error) {

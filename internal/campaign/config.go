@@ -48,6 +48,10 @@ type Config struct {
 		TurnCap            int     `toml:"turn_cap" json:"turn_cap"`
 		MaxFailedShare     float64 `toml:"max_failed_share" json:"max_failed_share"`
 		ContinueAsNewEvery int     `toml:"continue_as_new_every" json:"continue_as_new_every"`
+		// StepDeadlineMinutes bounds a step's retries of aborted rollouts
+		// (R3 routing missing): none starts later than this after the step's
+		// rollouts began; the still-aborted are then left out, counted.
+		StepDeadlineMinutes float64 `toml:"step_deadline_minutes" json:"step_deadline_minutes"`
 	} `toml:"ppo" json:"ppo"`
 	Eval struct {
 		Every       int  `toml:"every" json:"every"` // steps between evals; 0: only base, SFT and final
@@ -82,6 +86,7 @@ func defaults() Config {
 	c.PPO.TurnCap = 300
 	c.PPO.MaxFailedShare = 0.25
 	c.PPO.ContinueAsNewEvery = 20
+	c.PPO.StepDeadlineMinutes = 120
 	c.Eval.AtEnd = true
 	c.Eval.Base = true
 	c.Eval.Attempts = 1
@@ -181,6 +186,7 @@ func (ch *checker) check(c *Config) {
 		positive("ppo.turn_cap", c.PPO.TurnCap),
 		{"ppo.max_failed_share", c.PPO.MaxFailedShare < 0 || c.PPO.MaxFailedShare > 1, fmt.Sprintf("= %v must be between 0 and 1", c.PPO.MaxFailedShare)},
 		positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery),
+		{"ppo.step_deadline_minutes", !(c.PPO.StepDeadlineMinutes > 0), fmt.Sprintf("= %v must be > 0 (minutes in which a step retries aborted rollouts)", c.PPO.StepDeadlineMinutes)},
 		nonNegative("eval.every", c.Eval.Every),
 		positive("eval.attempts", c.Eval.Attempts),
 		positive("eval.turn_cap", c.Eval.TurnCap),
