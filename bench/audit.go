@@ -16,7 +16,6 @@ import (
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
-	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -149,25 +148,16 @@ func contains(xs []string, x string) bool {
 // the existing docs/bench.md (or appends it).
 func runAuditOnly(out string) error {
 	ctx := context.Background()
-	e, err := setup(ctx)
-	if e != nil && e.tmp != "" {
-		defer os.RemoveAll(e.tmp)
-	}
+	e, cleanup, err := setup(ctx)
+	defer cleanup()
 	if err != nil {
 		return err
 	}
-	dev, err := startDevServer(ctx, e.state)
+	c, stop, err := e.serve(ctx)
 	if err != nil {
 		return err
 	}
-	defer dev.Stop()
-	c := dev.Client()
-	e.acts.Temporal = c
-	ws := roles.New(c, roles.All, e.acts)
-	if err := roles.Start(ws); err != nil {
-		return err
-	}
-	defer roles.Stop(ws)
+	defer stop()
 	sec, err := benchAudit(ctx, c, e.st)
 	if err != nil {
 		return err
