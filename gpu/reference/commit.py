@@ -1,0 +1,77 @@
+"""The trainer's committed state on disk and its idempotency records
+(docs/trainer-protocol.md, "Idempotency").
+
+workdir/state/ holds the whole training state (weights, optimiser, version). A
+commit writes the next one to state.new/ and swaps it in with two renames;
+state.old/ is the one being replaced. workdir/ops/<hash(key)>.json holds the
+result of each committed training operation.
+"""
+import hashlib
+import json
+import os
+import shutil
+
+
+def fsync_dir(d):
+    fd = os.open(d, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path, obj):
+    """Write obj to path through a temporary file and a rename, synced."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+class Store:
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.state_dir = os.path.join(workdir, "state")
+        self.ops_dir = os.path.join(workdir, "ops")
+        os.makedirs(self.ops_dir, exist_ok=True)
+        self._recover_state_dirs()
+
+    def has_state(self):
+        return os.path.exists(os.path.join(self.state_dir, "state.json"))
+
+    def _recover_state_dirs(self):
+        new, old = self.state_dir + ".new", self.state_dir + ".old"
+        if not os.path.exists(self.state_dir) and os.path.exists(old):
+            os.replace(old, self.state_dir)   # crashed between the two renames
+        shutil.rmtree(new, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
+
+    def commit(self, write):
+        """write(dir) writes the whole training state into dir (state.new/),
+        which is then swapped in."""
+        new, old = self.state_dir + ".new", self.state_dir + ".old"
+        shutil.rmtree(new, ignore_errors=True)
+        os.makedirs(new)
+        write(new)
+        fsync_dir(new)
+        if os.path.exists(self.state_dir):
+            os.replace(self.state_dir, old)
+        os.replace(new, self.state_dir)
+        shutil.rmtree(old, ignore_errors=True)
+
+    # ---- idempotency records -------------------------------------------------
+    def record_path(self, key):
+        return os.path.join(self.ops_dir, hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+
+    def lookup(self, key):
+        """The record of a committed operation ({"op", "key", "result"}), or None."""
+        rec = self.record_path(key)
+        if not os.path.exists(rec):
+            return None
+        with open(rec) as f:
+            return json.load(f)
+
+    def record(self, op, key, result):
+        write_json(self.record_path(key), {"op": op, "key": key, "result": result})
