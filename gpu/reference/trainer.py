@@ -40,7 +40,7 @@ class Trainer:
         self.lock = threading.Lock()          # one training operation at a time
         self.progress = {"op": None, "key": None, "done": 0, "total": 0, "metrics": {}}
         self.cancel_key = None
-        self.store = commit.Store(self.workdir)
+        self.store = commit.Store(self.workdir, getattr(args, "crash_at", None))
         self.state_dir = self.store.state_dir
         if self.store.has_state():
             self._load_state()
@@ -83,13 +83,14 @@ class Trainer:
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-6)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
 
-    def _commit_state(self):
+    def _commit_state(self, op=False):
         """Write the whole training state to state.new, then swap it in."""
-        self.store.commit(self._write_state)
+        self.store.commit(self._write_state, op)
 
-    def _write_state(self, d):
+    def _write_state(self, d, crash):
         M.save_checkpoint(self.actor, d, "actor", {"version": f"v{self.version}"})
         M.save_checkpoint(self.critic, d, "critic")
+        crash("staged-weights")
         torch.save({"actor": self.actor_opt.state_dict(), "critic": self.critic_opt.state_dict()}, os.path.join(d, "optim.pt"))
         with open(os.path.join(d, "state.json"), "w") as f:
             json.dump({"version": self.version}, f)
@@ -130,14 +131,18 @@ class Trainer:
                 raise
             finally:
                 self.progress["op"] = None
+            self.store.crash("trained")
             self.version += 1
-            self._commit_state()
+            self._commit_state(op=True)
+            self.store.crash("committed")
             result.update({"version": self.version, "weight_version": f"v{self.version}", "seconds": time.time() - t0, "replayed": False})
             # JSON has no NaN: an undefined metric (e.g. explained variance of
             # constant returns) is null.
             result = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.items()}
             self.store.record(op, key, result)
+            self.store.crash("recorded")
             self.log(f"commit {op} {key} version={self.version}")
+            self.store.crash("logged")
             return result
 
     def _tick(self, done, total, **metrics):
@@ -390,6 +395,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
+    ap.add_argument("--crash-at", choices=commit.CRASH_POINTS,
+                    help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
