@@ -2,9 +2,9 @@
 MoE policy, behind t1flow's trainer protocol (docs/trainer-protocol.md).
 
 One process per GPU group. Every training operation carries an idempotency
-key: its result is recorded only after the new weights are safely on disk, and
-a repeated key returns the recorded result without training again. After a
-crash the process restarts from the last committed state.
+key: its result is recorded in the same atomic commit as the new weights
+(commit.py), and a repeated key returns the recorded result without training
+again. After a crash the process restarts from the last committed state.
 """
 import argparse
 import copy
@@ -50,10 +50,7 @@ class Trainer:
 
     # ---- state -------------------------------------------------------------
     def log(self, line):
-        with open(os.path.join(self.workdir, "ops.log"), "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self.store.log(line)
 
     def _init(self, init, seed):
         if init and init != "random":
@@ -83,9 +80,10 @@ class Trainer:
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-6)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
 
-    def _commit_state(self, op=False):
-        """Write the whole training state to state.new, then swap it in."""
-        self.store.commit(self._write_state, op)
+    def _commit_state(self, rec=None):
+        """Write the whole training state to state.new (with rec, the record of
+        the training operation that made it), then swap it in."""
+        self.store.commit(self._write_state, rec)
 
     def _write_state(self, d, crash):
         M.save_checkpoint(self.actor, d, "actor", {"version": f"v{self.version}"})
@@ -133,17 +131,21 @@ class Trainer:
                 self.progress["op"] = None
             self.store.crash("trained")
             self.version += 1
-            self._commit_state(op=True)
-            self.store.crash("committed")
             result.update({"version": self.version, "weight_version": f"v{self.version}", "seconds": time.time() - t0, "replayed": False})
             # JSON has no NaN: an undefined metric (e.g. explained variance of
             # constant returns) is null.
             result = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.items()}
-            self.store.record(op, key, result)
-            self.store.crash("recorded")
-            self.log(f"commit {op} {key} version={self.version}")
-            self.store.crash("logged")
-            return result
+            rec = {"op": op, "key": key, "result": result}
+            try:
+                self._commit_state(rec)   # weights and record in one commit
+            except BaseException:
+                # Whether it got past the commit point, the state on disk says:
+                # a retry replays the record or trains once.
+                self._load_state()
+                raise
+            self.store.crash("committed")
+            self.store.finish(rec)        # ops/ record, ops.log commit line
+            return dict(result)
 
     def _tick(self, done, total, **metrics):
         self.progress.update(done=done, total=total, metrics=metrics)
