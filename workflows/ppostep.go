@@ -17,7 +17,8 @@ import (
 // StepRecord is one PPO step's outcome.
 type StepRecord struct {
 	Step          int         `json:"step"`
-	PolicyVersion string      `json:"policy_version"` // the version that sampled the step's rollouts
+	Skipped       bool        `json:"skipped,omitempty"` // an operator skipped the failed step: nothing trained
+	PolicyVersion string      `json:"policy_version"`    // the version that sampled the step's rollouts
 	Metrics       gpu.Metrics `json:"metrics"`
 	Rollouts      int         `json:"rollouts"`
 	Trained       int         `json:"trained"`

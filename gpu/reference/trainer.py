@@ -377,6 +377,17 @@ class Trainer:
         self.log(f"load {d} version={self.version}")
         return {"version": self.version, "weight_version": f"v{self.version}"}
 
+    def init(self, req):
+        """Fresh random weights from a seed (a campaign's configured init):
+        version 0, committed like a load, so a restart keeps them."""
+        seed = req.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise httpjson.HTTPError(400, f"seed = {seed!r} must be an integer >= 0")
+        with self.lock:
+            self._init("random", seed)
+            self.log(f"init random seed={seed} version={self.version}")
+            return {"version": self.version, "weight_version": f"v{self.version}"}
+
     def health(self, _):
         return {"ok": True, "version": self.version, "device": self.device, "busy": self.lock.locked(),
                 "pid": os.getpid(), "cuda": torch.cuda.is_available()}
@@ -411,6 +422,7 @@ def main():
         ("POST", "/ppo_step"): lambda r: tr._run("ppo_step", r, tr.ppo_step),
         ("POST", "/save"): tr.save,
         ("POST", "/load"): tr.load,
+        ("POST", "/init"): tr.init,
         ("POST", "/cancel"): tr.cancel,
     }
     srv = httpjson.serve(args.host, args.port, routes, "t1flow reference trainer")

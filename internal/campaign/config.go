@@ -21,7 +21,12 @@ type Config struct {
 		Eval   []string `toml:"eval" json:"eval"`
 	} `toml:"pools" json:"pools"`
 	Policy struct {
-		Init         string   `toml:"init" json:"init"`           // informational: the gpu worker's -init
+		// Init is what the campaign starts from, loaded into the trainer and
+		// inference before anything trains: "random" (from Seed), a saved
+		// checkpoint's name, CAMPAIGN:LABEL, or a checkpoint directory (the
+		// starter resolves the last three into a stored checkpoint).
+		Init         string   `toml:"init" json:"init"`
+		Seed         int      `toml:"seed" json:"seed"`           // of a random init
 		Inference    []string `toml:"inference" json:"inference"` // empty: the gpu worker's local server
 		MaxNewTokens int      `toml:"max_new_tokens" json:"max_new_tokens"`
 		Temperature  float64  `toml:"temperature" json:"temperature"`
@@ -171,6 +176,8 @@ func (ch *checker) check(c *Config) {
 		{"name", !nameRe.MatchString(c.Name), fmt.Sprintf("= %q must be 1-64 letters, digits, '.', '_' or '-'", c.Name)},
 		positive("s", c.S),
 		{"pools.train", c.Pools.Train == "", "is required (a pool of training tasks)"},
+		{"policy.init", strings.TrimSpace(c.Policy.Init) == "", "is required: random, a checkpoint's name, CAMPAIGN:LABEL or a checkpoint directory"},
+		nonNegative("policy.seed", c.Policy.Seed),
 		positive("policy.max_new_tokens", c.Policy.MaxNewTokens),
 		// PPO's ratio and the critic need a sampling distribution: greedy (0) has none.
 		{"policy.temperature", !(c.Policy.Temperature > 0), fmt.Sprintf("= %v must be > 0 (PPO and critic rollouts sample; greedy decoding has no distribution to train on)", c.Policy.Temperature)},
