@@ -17,9 +17,26 @@ import (
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/steptime"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/sandbox"
 )
+
+// The steps of Verify, as timed under a steptime.Clock (the benchmark's
+// per-step breakdown).
+const (
+	StepFetchTask   = "fetch task"
+	StepInspect     = "inspect"
+	StepTamperCheck = "tamper check (docker diff)"
+	StepPrepare     = "prepare exec"
+	StepCopyTests   = "copy tests in"
+	StepTestSh      = "test.sh exec"
+	StepResults     = "copy results out"
+	StepArtifacts   = "copy artifacts out"
+)
+
+// VerifySteps are Verify's steps in the order they run.
+var VerifySteps = []string{StepFetchTask, StepInspect, StepTamperCheck, StepPrepare, StepCopyTests, StepTestSh, StepResults, StepArtifacts}
 
 // Verify scores the agent phase with the sealed verifier
 // (docs/verification.md): every agent process is stopped, the sandbox's
@@ -29,13 +46,17 @@ import (
 // interpreter and pytest. A verifier that crashes, times out, writes nothing
 // or whose test runner never started is a VerifierError, never a reward of 0.
 func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
+	end := steptime.Start(ctx, StepFetchTask)
 	t, err := a.fetchTask(ctx, in.Task)
+	end()
 	if err != nil {
 		return VerifyResult{}, err
 	}
 	id := in.Sandbox.ContainerID
 	var vr VerifyResult
+	end = steptime.Start(ctx, StepInspect)
 	ins, err := a.verifiable(ctx, id, &vr)
+	end()
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "inspect %s", in.Sandbox.Name)
 	}
@@ -44,7 +65,9 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		// be verified sealed.
 		return VerifyResult{}, errs.SandboxGonef("%s: %v", in.Sandbox.Name, sandbox.ErrToolchainMissing)
 	}
+	end = steptime.Start(ctx, StepTamperCheck)
 	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, id, ins.Config.WorkingDir)
+	end()
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "docker diff %s", in.Sandbox.Name)
 	}
@@ -52,14 +75,20 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		vr.Tampered = findings
 		return vr, nil
 	}
-	if _, err := a.sealedExec(ctx, id, sandbox.ToolchainPrepareCmd(VerifierDir), "/", time.Minute, "prepare"); err != nil {
+	end = steptime.Start(ctx, StepPrepare)
+	_, err = a.sealedExec(ctx, id, sandbox.ToolchainPrepareCmd(VerifierDir), "/", time.Minute, "prepare")
+	end()
+	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "prepare the verifier in %s", in.Sandbox.Name)
 	}
+	end = steptime.Start(ctx, StepCopyTests)
 	tests, err := task.TarBytes(t.Dir, "tests", "tests/")
 	if err != nil {
 		return VerifyResult{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
 	}
-	if err := a.Docker.CopyIn(ctx, id, "/", tests); err != nil {
+	err = a.Docker.CopyIn(ctx, id, "/", tests)
+	end()
+	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
 	}
 	timeout := in.TimeoutSec
@@ -69,7 +98,9 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, envList(t.Config.VerifierEnv),
 		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")))
 	vr.DroppedEnv = dropped
+	end = steptime.Start(ctx, StepTestSh)
 	er, err := a.sealedExec(ctx, id, cmd, ins.Config.WorkingDir, time.Duration(timeout*float64(time.Second)), "verifying")
+	end()
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
 	}
@@ -80,12 +111,17 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if er.TimedOut {
 		return VerifyResult{}, errs.Verifierf("tests/test.sh timed out after %.0fs (verifier.timeout_sec); output tail:\n%s", timeout, preview)
 	}
+	end = steptime.Start(ctx, StepResults)
 	res, err := a.readResults(ctx, in, t, er, preview)
+	end()
 	if err != nil {
 		return VerifyResult{}, err
 	}
 	res.Tampered, res.StorageLimit, res.DroppedEnv = nil, vr.StorageLimit, vr.DroppedEnv
-	if res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts); err != nil {
+	end = steptime.Start(ctx, StepArtifacts)
+	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
+	end()
+	if err != nil {
 		return VerifyResult{}, err
 	}
 	return res, nil
