@@ -49,7 +49,8 @@ func benchVerify(ctx context.Context, e *env, n int) (string, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n%s\n\nWritten by `make bench` or, alone, `go run ./bench -only verify` (bench/verify.go) on %s, %d CPUs. "+
 		"Each figure is a median over the task's oracle sandboxes (n=%d per task and path); sealed = the Verify activity "+
-		"(docker diff tamper check, sealed prepare, test.sh under the read-only toolchain), unsealed = the path it replaced "+
+		"(the agent's processes stopped, the tamper check, the tests staged, one exec that empties the verifier's places, moves the tests in "+
+		"and runs test.sh under the read-only toolchain), unsealed = the path it replaced "+
 		"(the container's bash, rm, timeout and python3), both reading results the same way.\n\n",
 		verifySection, time.Now().Format("2006-01-02"), runtime.NumCPU(), n)
 	fmt.Fprintf(&b, "Toolchain build, once per host: **%.1f s** (wheels downloaded from PyPI included), %d MB on disk.\n\n", build.Seconds(), tc.SizeBytes>>20)
@@ -124,29 +125,35 @@ func medianTotal(ss []verifySample) time.Duration {
 	return median(ds)
 }
 
-// stepMedian is the median time of one step over samples (0 where a sample
-// has no such step), and how many samples had it.
+// stepMedian is the median time of one step over the samples that had it,
+// and how many did.
 func stepMedian(ss []verifySample, name string) (time.Duration, int) {
-	ds := make([]time.Duration, len(ss))
-	had := 0
-	for i, s := range ss {
+	var ds []time.Duration
+	for _, s := range ss {
+		var d time.Duration
+		had := false
 		for _, st := range s.steps {
 			if st.Name == name {
-				ds[i] += st.D
+				d, had = d+st.D, true
 			}
 		}
-		if ds[i] > 0 {
-			had++
+		if had {
+			ds = append(ds, d)
 		}
 	}
-	return median(ds), had
+	if len(ds) == 0 {
+		return 0, 0
+	}
+	return median(ds), len(ds)
 }
 
 // writeVerifySteps writes the per-step breakdown of both paths: each step's
 // median over every examples/tasks verification, and what is left outside
 // the timed steps.
 func writeVerifySteps(b *strings.Builder, sealed, unsealed []verifySample) {
-	fmt.Fprintf(b, "Per step, median over all %d verifications of each path (a step's median; the rows need not add up to the totals' medians):\n\n", len(sealed))
+	fmt.Fprintf(b, "Per step, median over all %d verifications of each path (a step's median; the rows need not add up to the totals' medians). "+
+		"The first exec stops the agent's processes (unsealed it also empties /tests and /logs/verifier); sealed, the test.sh exec "+
+		"first empties /tests, /logs/verifier and the scratch directory and moves the staged tests to /tests, with the toolchain's bash and coreutils.\n\n", len(sealed))
 	b.WriteString("| step | sealed | unsealed | sealed − unsealed |\n|---|---|---|---|\n")
 	cell := func(ss []verifySample, name string) (string, time.Duration) {
 		d, had := stepMedian(ss, name)
@@ -155,13 +162,27 @@ func writeVerifySteps(b *strings.Builder, sealed, unsealed []verifySample) {
 		}
 		return ms(d), d
 	}
-	for _, name := range activities.VerifySteps {
+	row := func(label, name string) {
 		sc, sd := cell(sealed, name)
 		uc, ud := cell(unsealed, name)
-		fmt.Fprintf(b, "| %s | %s | %s | %+.1f ms |\n", name, sc, uc, float64((sd-ud).Microseconds())/1000)
+		fmt.Fprintf(b, "| %s | %s | %s | %+.1f ms |\n", label, sc, uc, float64((sd-ud).Microseconds())/1000)
 	}
-	fmt.Fprintf(b, "| total | %s | %s | %+.1f ms |\n\n", ms(medianTotal(sealed)), ms(medianTotal(unsealed)), float64((medianTotal(sealed)-medianTotal(unsealed)).Microseconds())/1000)
+	for _, name := range activities.VerifySteps {
+		row(name, name)
+		if name == activities.StepTamperCheck {
+			for _, sub := range []string{sandbox.ChangesFromHost, sandbox.ChangesFromDaemon} {
+				if _, had := stepMedian(sealed, sub); had > 0 {
+					row(fmt.Sprintf("  of which %s (%d of %d)", sub, had, len(sealed)), sub)
+				}
+			}
+		}
+	}
+	fmt.Fprintf(b, "| total | %s | %s | %+.1f ms |\n", ms(medianTotal(sealed)), ms(medianTotal(unsealed)), float64((medianTotal(sealed)-medianTotal(unsealed)).Microseconds())/1000)
+	row("for reference, not in the path: docker diff of the same sandbox", stepDiffReference)
+	b.WriteString("\n")
 }
+
+const stepDiffReference = "docker diff (reference)"
 
 // verifySample is one timed verification: its total and its steps.
 type verifySample struct {
@@ -222,6 +243,15 @@ func verifyOnce(ctx context.Context, e *env, tk *task.Task, ref task.Ref, rollou
 	if err != nil {
 		return verifySample{}, err
 	}
+	if sealed {
+		// What docker diff of this sandbox costs, for reference: the tamper
+		// check reads the upper directory instead where it can.
+		t0 := time.Now()
+		if _, err := e.d.Client.ContainerDiff(ctx, cs.Sandbox.ContainerID); err != nil {
+			return verifySample{}, err
+		}
+		clock.Add(stepDiffReference, time.Since(t0))
+	}
 	if vr.Total == 0 || vr.Passed != vr.Total {
 		return verifySample{}, fmt.Errorf("oracle not resolved (sealed %v): %d/%d", sealed, vr.Passed, vr.Total)
 	}
@@ -231,7 +261,7 @@ func verifyOnce(ctx context.Context, e *env, tk *task.Task, ref task.Ref, rollou
 // verifyUnsealed is the verification the sealed one replaced, its steps
 // timed under the same names as Verify's.
 func verifyUnsealed(ctx context.Context, e *env, tk *task.Task, id string) (activities.VerifyResult, error) {
-	end := steptime.Start(ctx, activities.StepPrepare)
+	end := steptime.Start(ctx, activities.StepKill)
 	_, err := e.d.ExecRaw(ctx, id, unsealedPrepare, "root")
 	end()
 	if err != nil {
