@@ -17,9 +17,26 @@ import (
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/steptime"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/sandbox"
 )
+
+// The steps of Verify, as timed under a steptime.Clock (the benchmark's
+// per-step breakdown).
+const (
+	StepFetchTask   = "fetch task"
+	StepInspect     = "inspect"
+	StepKill        = "first exec: stop agent processes"
+	StepTamperCheck = "tamper check"
+	StepCopyTests   = "copy tests in"
+	StepTestSh      = "test.sh exec"
+	StepResults     = "copy results out"
+	StepArtifacts   = "copy artifacts out"
+)
+
+// VerifySteps are Verify's steps in the order they run.
+var VerifySteps = []string{StepFetchTask, StepInspect, StepKill, StepTamperCheck, StepCopyTests, StepTestSh, StepResults, StepArtifacts}
 
 // Verify scores the agent phase with the sealed verifier
 // (docs/verification.md): every agent process is stopped, the sandbox's
@@ -29,13 +46,17 @@ import (
 // interpreter and pytest. A verifier that crashes, times out, writes nothing
 // or whose test runner never started is a VerifierError, never a reward of 0.
 func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
+	end := steptime.Start(ctx, StepFetchTask)
 	t, err := a.fetchTask(ctx, in.Task)
+	end()
 	if err != nil {
 		return VerifyResult{}, err
 	}
 	id := in.Sandbox.ContainerID
 	var vr VerifyResult
+	end = steptime.Start(ctx, StepInspect)
 	ins, err := a.verifiable(ctx, id, &vr)
+	end()
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "inspect %s", in.Sandbox.Name)
 	}
@@ -44,23 +65,22 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		// be verified sealed.
 		return VerifyResult{}, errs.SandboxGonef("%s: %v", in.Sandbox.Name, sandbox.ErrToolchainMissing)
 	}
-	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, id, ins.Config.WorkingDir)
+	// Nothing of the agent's may run while the filesystem is checked.
+	end = steptime.Start(ctx, StepKill)
+	_, err = a.sealedExec(ctx, id, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
+	end()
 	if err != nil {
-		return VerifyResult{}, sandboxErr(err, "docker diff %s", in.Sandbox.Name)
+		return VerifyResult{}, sandboxErr(err, "stop the agent's processes in %s", in.Sandbox.Name)
+	}
+	end = steptime.Start(ctx, StepTamperCheck)
+	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins)
+	end()
+	if err != nil {
+		return VerifyResult{}, sandboxErr(err, "tamper check of %s", in.Sandbox.Name)
 	}
 	if len(findings) > 0 {
 		vr.Tampered = findings
 		return vr, nil
-	}
-	if _, err := a.sealedExec(ctx, id, sandbox.ToolchainPrepareCmd(VerifierDir), "/", time.Minute, "prepare"); err != nil {
-		return VerifyResult{}, sandboxErr(err, "prepare the verifier in %s", in.Sandbox.Name)
-	}
-	tests, err := task.TarBytes(t.Dir, "tests", "tests/")
-	if err != nil {
-		return VerifyResult{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
-	}
-	if err := a.Docker.CopyIn(ctx, id, "/", tests); err != nil {
-		return VerifyResult{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
 	}
 	timeout := in.TimeoutSec
 	if timeout <= 0 {
@@ -69,9 +89,9 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, envList(t.Config.VerifierEnv),
 		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")))
 	vr.DroppedEnv = dropped
-	er, err := a.sealedExec(ctx, id, cmd, ins.Config.WorkingDir, time.Duration(timeout*float64(time.Second)), "verifying")
+	er, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, cmd, time.Duration(timeout*float64(time.Second)))
 	if err != nil {
-		return VerifyResult{}, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
+		return VerifyResult{}, err
 	}
 	preview := er.Output
 	if len(preview) > 2*PreviewBytes {
@@ -80,15 +100,49 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if er.TimedOut {
 		return VerifyResult{}, errs.Verifierf("tests/test.sh timed out after %.0fs (verifier.timeout_sec); output tail:\n%s", timeout, preview)
 	}
+	end = steptime.Start(ctx, StepResults)
 	res, err := a.readResults(ctx, in, t, er, preview)
+	end()
 	if err != nil {
 		return VerifyResult{}, err
 	}
 	res.Tampered, res.StorageLimit, res.DroppedEnv = nil, vr.StorageLimit, vr.DroppedEnv
-	if res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts); err != nil {
+	end = steptime.Start(ctx, StepArtifacts)
+	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
+	end()
+	if err != nil {
 		return VerifyResult{}, err
 	}
 	return res, nil
+}
+
+// runSealed copies the task's tests into a fresh staging directory and runs
+// ToolchainRunCmd: in one exec, the verifier's places are emptied, the tests
+// moved to /tests and test.sh run sealed (cmd). A run that never said it was
+// ready did not start test.sh: what /logs/verifier holds then is not its.
+func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir string, cmd []string, timeout time.Duration) (sandbox.ExecResult, error) {
+	id := in.Sandbox.ContainerID
+	end := steptime.Start(ctx, StepCopyTests)
+	stage := sandbox.ToolchainStage()
+	tests, err := task.TarBytes(t.Dir, "tests", strings.TrimPrefix(stage, "/")+"/")
+	if err != nil {
+		return sandbox.ExecResult{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
+	}
+	err = a.Docker.CopyIn(ctx, id, "/", tests)
+	end()
+	if err != nil {
+		return sandbox.ExecResult{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
+	}
+	defer steptime.Start(ctx, StepTestSh)()
+	ready := sandbox.NewCappedBuffer(256, 0)
+	er, err := a.sealedExec(ctx, id, sandbox.ToolchainRunCmd(VerifierDir, stage, workDir, cmd), "/", timeout, "verifying", ready)
+	if err != nil {
+		return er, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
+	}
+	if strings.TrimSpace(ready.String()) != sandbox.ToolchainReady {
+		return er, errs.Infraf("prepare the verifier in %s: exit %d: %s", in.Sandbox.Name, er.ExitCode, er.Output)
+	}
+	return er, nil
 }
 
 // verifiable ends the sandbox's disk watch and, if the watch stopped the
@@ -112,9 +166,11 @@ func (a *Activities) verifiable(ctx context.Context, id string, vr *VerifyResult
 }
 
 // sealedExec runs a toolchain command line as root, as a raw argv: nothing
-// of the container's (its bash, its timeout) starts it.
-func (a *Activities) sealedExec(ctx context.Context, id string, argv []string, wd string, timeout time.Duration, what string) (sandbox.ExecResult, error) {
+// of the container's (its bash, its timeout) starts it. stdout, when not
+// nil, receives the command's standard output apart from its stderr.
+func (a *Activities) sealedExec(ctx context.Context, id string, argv []string, wd string, timeout time.Duration, what string, stdout io.Writer) (sandbox.ExecResult, error) {
 	return a.Docker.ExecArgv(ctx, id, argv, sandbox.ExecOptions{
+		Stdout:   stdout,
 		Timeout:  timeout,
 		User:     "root",
 		WorkDir:  wd,

@@ -42,6 +42,7 @@ func main() {
 	only := flag.String("only", "", "\"verify\" or \"audit\": run only that benchmark and rewrite just its section of -out")
 	auditOnly := flag.Bool("audit-only", false, "the same as -only audit")
 	verifyN := flag.Int("verify-n", 3, "oracle sandboxes per task and path in the verification benchmark")
+	flag.StringVar(&verifyTasks, "verify-tasks", "", "comma-separated task names: verify only these (default: every examples/tasks and examples/tb2 task)")
 	flag.Parse()
 	if *auditOnly {
 		*only = "audit"

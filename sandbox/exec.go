@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -20,6 +21,9 @@ type ExecOptions struct {
 	HeadCap  int
 	TailCap  int
 	Progress func() // called every few seconds while the command runs
+	// Stdout, when set, receives the command's standard output, and Output
+	// holds only its standard error.
+	Stdout io.Writer
 }
 
 // ExecResult is what a command did.
@@ -86,9 +90,13 @@ func (d *Docker) exec(ctx context.Context, id string, cmd []string, o ExecOption
 	}
 	defer hj.Close()
 	buf := NewCappedBuffer(o.HeadCap, o.TailCap)
+	var stdout io.Writer = buf
+	if o.Stdout != nil {
+		stdout = o.Stdout
+	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(buf, buf, hj.Reader)
+		_, err := stdcopy.StdCopy(stdout, buf, hj.Reader)
 		done <- err
 	}()
 	// The Go-side deadline is a backstop behind the in-container timeout.

@@ -25,8 +25,8 @@ import (
 const ToolchainMount = "/.t1flow-verifier"
 
 // ToolchainRunDir is the verifier's scratch space in the container (uv's
-// cache, the runner marker), emptied by the sealed prepare step after every
-// agent process is dead.
+// cache, the runner marker), emptied by ToolchainRunCmd after every agent
+// process is dead.
 const ToolchainRunDir = "/tmp/.t1flow-verify"
 
 // ToolchainRunnerMark is written by the t1flow_mark pytest plugin when the

@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"os"
 	"path/filepath"
@@ -18,15 +20,56 @@ import (
 // (the toolchain's env) must not be started with a preload from the image.
 var ToolchainExecEnv = []string{"LD_PRELOAD=", "LD_LIBRARY_PATH=", "LD_AUDIT="}
 
-// ToolchainPrepareCmd stops every process left from the agent phase and
-// empties the places tests, results and the verifier's scratch space go,
-// using only the toolchain's shell and coreutils. It replaces the
-// prepareVerifier script (which ran the container's bash, rm and mkdir).
-// Run it as root, with Env ToolchainExecEnv.
-func ToolchainPrepareCmd(verifierDir string) []string {
-	script := `kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; ` +
-		`rm -rf /tests ` + verifierDir + ` ` + ToolchainRunDir + ` && mkdir -p ` + verifierDir + ` /tests ` + ToolchainRunDir + `/uv-cache`
-	return []string{ToolchainMount + "/bin/env", "-i", "PATH=" + ToolchainMount + "/bin", ToolchainMount + "/bin/bash", "--norc", "--noprofile", "-c", script}
+// ToolchainKillCmd stops every process left from the agent phase (kill -9 -1,
+// twice, from the toolchain's bash: the container's own bash and kill are
+// the agent's to replace) and changes nothing on disk, so the tamper check
+// that follows sees the filesystem as the agent left it, with nothing of the
+// agent's left running to change it behind the check. Run it as root, with
+// Env ToolchainExecEnv.
+func ToolchainKillCmd() []string {
+	return toolchainSh(`kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; exit 0`)
+}
+
+// ToolchainStage is a fresh name for the directory at / the task's tests are
+// copied into before ToolchainRunCmd moves it to /tests: random, so nothing
+// in the sandbox could have prepared that path.
+func ToolchainStage() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "/.t1flow-tests-" + hex.EncodeToString(b)
+}
+
+// ToolchainReady is the line ToolchainRunCmd writes on its standard output,
+// the only thing ever written there, once the verifier's places are ready
+// and just before test.sh starts.
+const ToolchainReady = "t1flow-verifier-ready"
+
+// ToolchainRunCmd is one exec that readies the verifier and runs it: with
+// only the toolchain's shell and coreutils it stops every process again,
+// empties /tests, verifierDir and the scratch directory, moves the tests
+// copied into stage (ToolchainStage) to /tests, changes to
+// workDir (the image's WORKDIR; "" is /), writes ToolchainReady on stdout,
+// and then execs verify (ToolchainVerifyCmd) with its stdout joined to
+// stderr. The ready line therefore cannot come from test.sh or anything it
+// runs: without it the preparation failed, and the results directory may
+// still hold what the agent left. Run it as root, with Env ToolchainExecEnv,
+// in /.
+func ToolchainRunCmd(verifierDir, stage, workDir string, verify []string) []string {
+	if workDir == "" {
+		workDir = "/"
+	}
+	script := `kill -9 -1 2>/dev/null; ` +
+		`rm -rf /tests ` + verifierDir + ` ` + ToolchainRunDir + ` && mkdir -p ` + verifierDir + ` ` + ToolchainRunDir + `/uv-cache && ` +
+		`mv ` + stage + ` /tests && cd -- "$1" || exit 1; shift; ` +
+		`echo ` + ToolchainReady + ` && exec "$@" >&2`
+	return append(append(toolchainSh(script), workDir), verify...)
+}
+
+// toolchainSh is the toolchain's bash running script with nothing inherited
+// but a PATH of the toolchain's own commands; arguments after it are $@.
+func toolchainSh(script string) []string {
+	m := ToolchainMount
+	return []string{m + "/bin/env", "-i", "PATH=" + m + "/bin", m + "/bin/bash", "--norc", "--noprofile", "-c", script, "t1flow-verify"}
 }
 
 // toolchainDroppedEnv are variables (exact names, or prefixes ending in _
