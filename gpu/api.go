@@ -47,6 +47,9 @@ type Health struct {
 	Busy    bool   `json:"busy"`
 	PID     int    `json:"pid"`
 	CUDA    bool   `json:"cuda"`
+	// Kept is set by TrainerInit on resume: the trainer's own state was
+	// kept (it is the campaign's latest), nothing was loaded.
+	Kept bool `json:"kept,omitempty"`
 }
 
 // ManifestFile is one file of a checkpoint.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,6 +34,9 @@ type InitInput struct {
 	// Checkpoint is a saved checkpoint to start from; nil: random weights from Seed.
 	Checkpoint *Checkpoint `json:"checkpoint,omitempty"`
 	Seed       int         `json:"seed"`
+	// Resume: Checkpoint is the campaign's last committed checkpoint and the
+	// campaign resumes from it (resumeInit, below).
+	Resume bool `json:"resume,omitempty"`
 }
 
 func (a *Activities) leasePath() string { return filepath.Join(a.WorkDir, "lease.json") }
@@ -106,6 +110,9 @@ func (a *Activities) TrainerInit(ctx context.Context, in InitInput) (Health, err
 	if in.Campaign == "" {
 		return Health{}, errs.BadInputf("trainer init: campaign is required")
 	}
+	if in.Resume {
+		return a.resumeInit(ctx, in)
+	}
 	if err := a.acquire(ctx, in.Campaign); err != nil {
 		return Health{}, err
 	}
@@ -117,4 +124,43 @@ func (a *Activities) TrainerInit(ctx context.Context, in InitInput) (Health, err
 		return h, classify(err)
 	}
 	return h, nil
+}
+
+// resumeInit re-takes the lease for a resumed campaign and makes sure the
+// trainer holds its weights from the last committed checkpoint on. When the
+// lease still names the campaign (no other campaign trained since), the
+// trainer's state is this campaign's own latest one: the checkpoint plus any
+// step committed after it whose result the closed run never recorded. It is
+// kept (Kept: the optimiser state too), so the retry of such a step replays
+// its record with its update in the weights. Otherwise the checkpoint is
+// loaded; a step committed after it lost its update with the load, so the
+// workflow trains under fresh keys from here on (campaign_resume.go).
+func (a *Activities) resumeInit(ctx context.Context, in InitInput) (Health, error) {
+	if in.Checkpoint == nil {
+		return Health{}, errs.BadInputf("trainer init: resume needs the campaign's last checkpoint")
+	}
+	held, err := a.lease()
+	if err != nil {
+		return Health{}, err
+	}
+	if err := a.acquire(ctx, in.Campaign); err != nil {
+		return Health{}, err
+	}
+	if held.Campaign == in.Campaign {
+		h, err := a.Trainer.Health(ctx)
+		if err != nil {
+			return h, classify(err)
+		}
+		if want, ok := versionOf(in.Checkpoint.WeightVersion); ok && h.Version >= want {
+			h.Kept = true
+			return h, nil
+		}
+	}
+	return a.TrainerLoad(ctx, *in.Checkpoint)
+}
+
+// versionOf parses a weight version "v<N>".
+func versionOf(wv string) (int, bool) {
+	n, err := strconv.Atoi(strings.TrimPrefix(wv, "v"))
+	return n, err == nil && strings.HasPrefix(wv, "v")
 }

@@ -3,6 +3,9 @@ package gpu
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -52,5 +55,56 @@ func TestTrainerLeaseOneCampaignAtATime(t *testing.T) {
 	busy2 := a.checkLease("a/1234/ppo/2")
 	if busy2 == nil || !strings.Contains(busy2.Error(), "campaign b") {
 		t.Fatalf("a's keys after b took the trainer: %v", busy2)
+	}
+}
+
+// TestTrainerInitResumeKeepsOwnStateOrLoads: a resumed campaign whose lease
+// nobody took since keeps the trainer's state (its own latest: at or past
+// the checkpoint, e.g. a step committed after it), loading nothing; once
+// another campaign held the trainer, or when the trainer is behind the
+// checkpoint, the checkpoint is loaded.
+func TestTrainerInitResumeKeepsOwnStateOrLoads(t *testing.T) {
+	ctx := context.Background()
+	version, loads := 4, 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/health":
+			fmt.Fprintf(w, `{"ok": true, "version": %d}`, version)
+		case "/load":
+			loads++
+			version = 3
+			fmt.Fprint(w, `{"version": 3, "weight_version": "v3"}`)
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+	defer srv.Close()
+	running := map[string]bool{"other": false}
+	a := &Activities{Trainer: NewClient(srv.URL), WorkDir: t.TempDir(), Running: func(_ context.Context, c string) (bool, error) { return running[c], nil }}
+	ck := &Checkpoint{Name: "a/e1/step-0001", WeightVersion: "v3"}
+	resume := InitInput{Campaign: "a", Checkpoint: ck, Resume: true}
+	if err := a.acquire(ctx, "a"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := a.TrainerInit(ctx, resume)
+	if err != nil || !h.Kept || h.Version != 4 || loads != 0 {
+		t.Fatalf("own lease, trainer at v4 past the checkpoint (v3): kept %v, version %d, loads %d, err %v; want kept, no load", h.Kept, h.Version, loads, err)
+	}
+	version = 2 // behind the checkpoint: not the campaign's latest
+	if h, err = a.TrainerInit(ctx, resume); err != nil || h.Kept || loads != 1 || h.Version != 3 {
+		t.Fatalf("trainer behind the checkpoint: kept %v, loads %d, version %d, err %v; want the checkpoint loaded", h.Kept, loads, h.Version, err)
+	}
+	if err := a.acquire(ctx, "other"); err != nil {
+		t.Fatal(err)
+	}
+	version = 9
+	if h, err = a.TrainerInit(ctx, resume); err != nil || h.Kept || loads != 2 {
+		t.Fatalf("another campaign held the trainer since: kept %v, loads %d, err %v; want the checkpoint loaded", h.Kept, loads, err)
+	}
+	if l, _ := a.lease(); l.Campaign != "a" {
+		t.Fatalf("resume did not re-take the lease: %+v", l)
+	}
+	if _, err := a.TrainerInit(ctx, InitInput{Campaign: "a", Resume: true}); err == nil {
+		t.Fatal("a resume without a checkpoint must be refused")
 	}
 }

@@ -178,16 +178,28 @@ func (d *Docker) build(ctx context.Context, t *task.Task, dockerfile, tag string
 		}
 	}}
 	if err := dec(resp.Body, lw, 0, false, nil); err != nil {
-		if bctx.Err() != nil {
-			return errs.TaskInvalidf("%s: build did not finish within environment.build_timeout_sec = %v", task.DockerfileFile, t.Config.BuildTimeoutSec)
-		}
-		var jerr *jsonmessage.JSONError
-		if errors.As(err, &jerr) {
-			return errs.TaskInvalidf("%s: build failed: %s\n%s", task.DockerfileFile, jerr.Message, strings.Join(tail, "\n"))
-		}
-		return errs.Infraf("docker build %s: %v", tag, err)
+		return buildError(ctx, bctx, err, t, tag, tail)
 	}
 	return nil
+}
+
+// buildError classifies a failed build. A build cut short by its caller (the
+// activity cancelled, a worker stopping past its stop timeout, the
+// activity's own deadline) is infrastructure, retried elsewhere: never the
+// task's fault, whatever the daemon said as the stream closed. Only the
+// task's own build_timeout_sec, or a Dockerfile step that fails, is.
+func buildError(ctx, bctx context.Context, err error, t *task.Task, tag string, tail []string) error {
+	if ctx.Err() != nil {
+		return errs.Infraf("docker build %s: cancelled before it finished (%v): retry it", tag, context.Cause(ctx))
+	}
+	if bctx.Err() != nil {
+		return errs.TaskInvalidf("%s: build did not finish within environment.build_timeout_sec = %v", task.DockerfileFile, t.Config.BuildTimeoutSec)
+	}
+	var jerr *jsonmessage.JSONError
+	if errors.As(err, &jerr) {
+		return errs.TaskInvalidf("%s: build failed: %s\n%s", task.DockerfileFile, jerr.Message, strings.Join(tail, "\n"))
+	}
+	return errs.Infraf("docker build %s: %v", tag, err)
 }
 
 type lineWriter struct {

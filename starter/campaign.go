@@ -17,6 +17,7 @@ import (
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/workflows"
+	"github.com/t1flow/t1flow/workflows/campaignctl"
 )
 
 const campaignUsage = `usage: starter campaign start -f FILE [--wait]
@@ -117,6 +118,22 @@ func campaignSteer(ctx context.Context, c client.Client, sub string, pos []strin
 			return badInput(errors.New(campaignUsage))
 		}
 		return updateCampaign(ctx, c, wid, workflows.UpdateSetConcurrency, stdout, n)
+	case "resume":
+		run, in, err := campaignctl.ResumeClosed(ctx, c, pos[0])
+		if err != nil || run == nil {
+			if err == nil { // still running: the resume update
+				err = updateCampaign(ctx, c, wid, sub, stdout)
+			}
+			return err
+		}
+		st := in.State
+		ck := "none yet: it loads its init first"
+		if st.Checkpoint != nil {
+			ck = st.Checkpoint.Name + " (" + st.Checkpoint.WeightVersion + ")"
+		}
+		fmt.Fprintf(stdout, "campaign %s resumed (run %s): %s, step %d/%d, epoch %s, from checkpoint %s\n  %s\n",
+			pos[0], run.GetRunID(), st.Phase, st.Step, in.Config.PPO.Steps, st.Epoch, ck, config.UIURL(wid))
+		return nil
 	case "cancel":
 		if err := c.CancelWorkflow(ctx, wid, ""); err != nil {
 			return err
@@ -167,6 +184,13 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		state += " (paused: the current step finishes, then it waits)"
 	}
 	fmt.Fprintf(w, "campaign %s: %s\n  step %d/%d, policy %s, concurrency %d\n", s.Name, state, s.Step, s.Steps, s.WeightVersion, s.Concurrency)
+	for _, r := range s.Resumes {
+		how := "trainer kept its state"
+		if !r.Kept {
+			how = "trainer reloaded, keys under " + r.KeyTag
+		}
+		fmt.Fprintf(w, "  resumed (run %d) at %s step %d from %s (%s; trainer %s, %s)\n", r.Run, r.Phase, r.Step, r.Checkpoint, r.WeightVersion, r.TrainerVersion, how)
+	}
 	if len(s.Retries) > 0 || len(s.Skipped) > 0 {
 		fmt.Fprintf(w, "  retried stages %v, skipped %v\n", s.Retries, s.Skipped)
 	}

@@ -46,6 +46,8 @@ func run() error {
 	reaperTTL := flag.Duration("reaper-ttl", workflows.DefaultReaperTTLSec*time.Second, "remove t1flow containers older than this even if their rollout still runs")
 	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
+	flag.DurationVar(&roles.StopTimeout, "stop-timeout", roles.DefaultStopTimeout,
+		"on SIGTERM, how long running activities (trainer operations, image builds) may take to finish before they are cancelled and handed back retryable; a second signal stops at once")
 	var g gpuFlags
 	g.register()
 	flag.Parse()
@@ -112,6 +114,8 @@ func run() error {
 	}
 	fmt.Fprintf(os.Stderr, "worker: role %s, host %s, store %s; Ctrl-C to stop\n", *role, acts.Host, *storeDir)
 	<-ctx.Done()
+	stop() // a second signal ends the process at once
+	fmt.Fprintf(os.Stderr, "worker: stopping; running activities have %s to finish\n", roles.StopTimeout)
 	roles.Stop(workers)
 	return nil
 }

@@ -57,6 +57,11 @@ type CampaignState struct {
 	// resumes it (same keys, each step trained once); starting the campaign
 	// again after it failed is a new epoch.
 	Epoch string `json:"epoch"`
+	// KeyTag starts the trainer keys after a resume that reloaded the
+	// trainer ("resume-<run>/"); Resumes records every resume
+	// (campaign_resume.go).
+	KeyTag  string         `json:"key_tag,omitempty"`
+	Resumes []ResumeRecord `json:"resumes,omitempty"`
 }
 
 // CampaignInput is the config and, after continue-as-new, the state.
@@ -66,6 +71,9 @@ type CampaignInput struct {
 	// Init is the stored checkpoint that the config's policy.init names
 	// (the starter resolves it); nil for a random init.
 	Init *gpu.Checkpoint `json:"init,omitempty"`
+	// Resume: State is a closed run's last state (`campaign resume`), to
+	// continue from its last committed checkpoint (campaign_resume.go).
+	Resume bool `json:"resume,omitempty"`
 }
 
 // CampaignStatus is what the "status" query answers.
@@ -93,6 +101,7 @@ type CampaignStatus struct {
 	Failure *StageFailure  `json:"failure,omitempty"`
 	Retries map[string]int `json:"retries,omitempty"`
 	Skipped []string       `json:"skipped,omitempty"`
+	Resumes []ResumeRecord `json:"resumes,omitempty"`
 }
 
 // CampaignResult is the finished campaign and its report.
@@ -105,6 +114,7 @@ type campaignRun struct {
 	cfg      campaign.Config
 	st       *CampaignState
 	init     *gpu.Checkpoint
+	resume   bool // this run resumes a closed one: reload its last checkpoint first
 	inFlight string
 	decision string // an operator's decision on a failed stage: retry or skip
 }
@@ -114,7 +124,7 @@ type campaignRun struct {
 // loaded into inference), evals, and a report. Pause, resume and concurrency
 // changes are updates; status is a query.
 func CampaignWorkflow(ctx workflow.Context, in CampaignInput) (CampaignResult, error) {
-	return execute(ctx, &campaignRun{cfg: in.Config, st: in.State, init: in.Init})
+	return execute(ctx, &campaignRun{cfg: in.Config, st: in.State, init: in.Init, resume: in.Resume && in.State != nil})
 }
 
 func (c *campaignRun) setup(ctx workflow.Context) error {
@@ -129,6 +139,9 @@ func (c *campaignRun) setup(ctx workflow.Context) error {
 		}
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (CampaignStatus, error) { return c.status(), nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryResumeState, c.resumeState); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandler(ctx, UpdatePause, c.setPaused(true)); err != nil {
@@ -176,7 +189,7 @@ func (c *campaignRun) status() CampaignStatus {
 	s := CampaignStatus{Name: c.cfg.Name, Phase: c.st.Phase, Step: c.st.Step, Steps: c.cfg.PPO.Steps, Paused: c.st.Paused,
 		Concurrency: c.st.Concurrency, WeightVersion: c.st.WeightVersion, InFlight: c.inFlight, Aborted: c.st.Aborted,
 		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, Recent: []StepRecord{}, Evals: []string{},
-		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped}
+		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped, Resumes: c.st.Resumes}
 	if c.st.Checkpoint != nil {
 		s.Checkpoint = c.st.Checkpoint.Name
 	}
@@ -240,6 +253,11 @@ func (c *campaignRun) connect(ctx workflow.Context) error {
 			}
 			st.URLs, st.WeightVersion = info.URLs, info.WeightVersion
 		}
+	}
+	if c.resume && st.Checkpoint != nil {
+		c.resume = false
+		_, err := c.stage(ctx, "resume", func(int) error { return c.resumeFrom(ctx) })
+		return err
 	}
 	if st.Checkpoint != nil {
 		return nil

@@ -29,7 +29,7 @@ const (
 
 // StageFailure is the failed stage a campaign is paused on.
 type StageFailure struct {
-	Stage  string `json:"stage"`  // init, eval-<label>, sft, warmup, ppo-<step>
+	Stage  string `json:"stage"`  // init, resume, eval-<label>, sft, warmup, ppo-<step>
 	Type   string `json:"type"`   // the error type: WarmupGate, PartialBatch, InfraError, TrainerBusy, ...
 	Reason string `json:"reason"` // the error, on one line
 }
@@ -103,8 +103,8 @@ func (c *campaignRun) decide(d string) (func(workflow.Context) (CampaignStatus, 
 		if f == nil {
 			return fmt.Errorf("campaign %s: no failed stage waits for a decision (retry and skip decide on a paused failure)", c.cfg.Name)
 		}
-		if d == decideSkip && f.Stage == "init" {
-			return fmt.Errorf("campaign %s: its init cannot be skipped (it would train on whatever weights the trainer holds): retry or cancel", c.cfg.Name)
+		if d == decideSkip && (f.Stage == "init" || f.Stage == "resume") {
+			return fmt.Errorf("campaign %s: its %s cannot be skipped (it would train on whatever weights the trainer holds): retry or cancel", c.cfg.Name, f.Stage)
 		}
 		return nil
 	}

@@ -33,7 +33,7 @@ func (c *campaignRun) agent() activities.AgentSpec {
 
 // batch is the tasks rolled out by the current policy for training.
 func (c *campaignRun) batch(tasks []task.Ref) RolloutBatch {
-	return RolloutBatch{Campaign: c.cfg.Name, KeyPrefix: c.key(""), Tasks: tasks, Agent: c.agent(), Version: c.st.WeightVersion,
+	return RolloutBatch{Campaign: c.cfg.Name, KeyPrefix: c.trainKey(""), Tasks: tasks, Agent: c.agent(), Version: c.st.WeightVersion,
 		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency, DeadlineMinutes: c.cfg.PPO.StepDeadlineMinutes}
 }
 
@@ -44,8 +44,13 @@ func (c *campaignRun) poolTasks(ctx workflow.Context, pool string, n int, seed i
 	return refs, err
 }
 
-// key is a trainer idempotency key (and checkpoint name) of this campaign epoch.
+// key is a checkpoint name of this campaign epoch.
 func (c *campaignRun) key(what string) string { return c.cfg.Name + "/" + c.st.Epoch + "/" + what }
+
+// trainKey is a trainer idempotency key of this campaign epoch; after a
+// resume that had to reload the trainer, under the resume's tag
+// (campaign_resume.go).
+func (c *campaignRun) trainKey(what string) string { return c.key(c.st.KeyTag + what) }
 
 // checkpoint saves the trainer's weights and loads them into inference.
 func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
@@ -157,7 +162,7 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 	}
 	var m gpu.Metrics
 	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
-		Key: c.key("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
+		Key: c.trainKey("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
 	}).Get(ctx, &m); err != nil {
 		return err
 	}
@@ -178,7 +183,7 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 	w := c.cfg.CriticWarmup
 	b := c.batch(tasks)
 	if attempt > 0 {
-		b.KeyPrefix = c.key(fmt.Sprintf("warmup-retry-%d/", attempt))
+		b.KeyPrefix = c.trainKey(fmt.Sprintf("warmup-retry-%d/", attempt))
 	}
 	err = workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
 		RolloutBatch: b, Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds, Advisory: !w.RequireGate,

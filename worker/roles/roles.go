@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -28,6 +29,23 @@ const (
 	GPU     = "gpu"     // trainer and inference processes on this host
 	All     = "all"     // all three
 )
+
+// DefaultStopTimeout is how long a stopping worker (SIGTERM) lets running
+// activities finish: trainer operations, image builds, turns. Past it their
+// contexts are cancelled, and each hands its work back retryable (a trainer
+// step rolls back; a cancelled image build is an InfraError, never
+// task_invalid), to be retried on another worker.
+const DefaultStopTimeout = 5 * time.Minute
+
+// StopTimeout is every worker's worker.Options.WorkerStopTimeout; the
+// worker command's -stop-timeout flag sets it before building its workers.
+var StopTimeout = DefaultStopTimeout
+
+// opts are the options of every worker, with at most n activities at once
+// (0: the SDK's default).
+func opts(n int) worker.Options {
+	return worker.Options{MaxConcurrentActivityExecutionSize: n, WorkerStopTimeout: StopTimeout}
+}
 
 // Set is the roles one worker process takes.
 type Set map[string]bool
@@ -58,7 +76,7 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 	}
 	var ws []worker.Worker
 	if set[Control] {
-		w := worker.New(c, ids.ControlQueue, worker.Options{})
+		w := worker.New(c, ids.ControlQueue, opts(0))
 		workflows.Register(w)
 		w.RegisterActivity(acts)
 		ws = append(ws, w)
@@ -66,9 +84,9 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 	if set[Sandbox] {
 		// Creation may go to any sandbox host; everything after it goes to the
 		// host that owns the container.
-		shared := worker.New(c, ids.SandboxQueue, worker.Options{MaxConcurrentActivityExecutionSize: 16})
+		shared := worker.New(c, ids.SandboxQueue, opts(16))
 		shared.RegisterActivity(acts)
-		host := worker.New(c, ids.SandboxHostQueue(acts.Host), worker.Options{MaxConcurrentActivityExecutionSize: 256})
+		host := worker.New(c, ids.SandboxHostQueue(acts.Host), opts(256))
 		host.RegisterActivity(acts)
 		ws = append(ws, shared, host)
 	}
@@ -79,7 +97,7 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 // activities of running trainer and inference processes.
 func NewGPU(c client.Client, acts *gpu.Activities) worker.Worker {
 	// A few at a time: each call holds a trainer or inference process.
-	w := worker.New(c, ids.GPUQueue, worker.Options{MaxConcurrentActivityExecutionSize: 4})
+	w := worker.New(c, ids.GPUQueue, opts(4))
 	if acts.Running == nil {
 		acts.Running = campaignRunning(c)
 	}
