@@ -34,10 +34,12 @@ type Activities struct {
 	// EpisodeDir keeps model-driven episodes on the sandbox host between turns.
 	EpisodeDir string
 
-	eps     episodes
-	disk    diskWatches
-	poolsMu sync.Mutex
-	pools   map[string]*inference.Pool
+	eps  episodes
+	disk diskWatches
+	// afterSend, in tests only, runs right after a turn was sent (journal.go).
+	afterSend func(TurnInput) error
+	poolsMu   sync.Mutex
+	pools     map[string]*inference.Pool
 }
 
 func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, error) {
@@ -171,13 +173,33 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		return res, errs.BadInputf("agent.kind %q is not a known agent", in.Agent.Kind)
 	}
 	res.Command = cmd
-	er, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, cmd, sandbox.ExecOptions{
+	return a.runCommand(ctx, in, res, env)
+}
+
+// runCommand runs a scripted or oracle turn's command exactly once: the turn
+// journal is written before the command starts, and its result after it ends;
+// a retry returns that result, or reports the turn lost.
+func (a *Activities) runCommand(ctx context.Context, in TurnInput, res TurnResult, env []string) (TurnResult, error) {
+	if e, err := a.readJournal(in); err != nil || e != nil {
+		if err == nil && e.State == journalDone && e.Result != nil {
+			return *e.Result, nil
+		}
+		if err == nil {
+			err = lostTurn(in, e)
+		}
+		return res, err
+	}
+	er, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, res.Command, sandbox.ExecOptions{
 		Timeout:  time.Duration(in.TimeoutSec * float64(time.Second)),
 		Env:      env,
 		Progress: func() { heartbeat.Record(ctx, fmt.Sprintf("turn %d running", in.Turn)) },
+		Starting: a.journalStart(in, res.Command),
 	})
 	if err != nil {
 		return res, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
+	}
+	if err := a.sent(in); err != nil {
+		return res, err
 	}
 	res.ExitCode = er.ExitCode
 	res.DurationMs = er.Duration.Milliseconds()
@@ -189,9 +211,15 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		res.Preview = er.Output[:PreviewBytes/2] + "\n[...]\n" + er.Output[len(er.Output)-PreviewBytes/2:]
 		ref, err := a.Store.Put(ctx, fmt.Sprintf("rollouts/%s/turn-%04d.txt", ids.Clean(in.RolloutID), in.Turn), strings.NewReader(er.Output))
 		if err != nil {
-			return res, errs.Infraf("store turn output: %v", err)
+			// The command ran: its result is recorded without the full
+			// output rather than lost with it.
+			res.Preview += fmt.Sprintf("\n[full output not stored: %v]", err)
+		} else {
+			res.Output = &ref
 		}
-		res.Output = &ref
+	}
+	if err := a.writeJournal(in, journalEntry{State: journalDone, Command: res.Command, Result: &res}); err != nil {
+		return res, err
 	}
 	return res, nil
 }

@@ -86,8 +86,9 @@ func splitPane(out string) (int64, string, error) {
 	return n, body, err
 }
 
-// terminalStep runs keystrokes (if any) and returns the pane output since offset.
-func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cmds []harness.Keys, offset int64, budget time.Duration) (string, int64, error) {
+// terminalStep runs keystrokes (if any) and returns the pane output since
+// offset; starting (if set) runs before anything is sent.
+func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cmds []harness.Keys, offset int64, budget time.Duration, starting func() error) (string, int64, error) {
 	var script strings.Builder
 	if setup {
 		script.WriteString(tmuxSetup() + "\n")
@@ -98,6 +99,7 @@ func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cm
 	res, err := a.Docker.Exec(ctx, id, script.String(), sandbox.ExecOptions{
 		Timeout: budget + 30*time.Second, User: "root", HeadCap: 1 << 10, TailCap: 64 << 10,
 		Progress: func() { heartbeat.Record(ctx, "terminal") },
+		Starting: starting,
 	})
 	if err != nil {
 		return "", offset, err
@@ -132,6 +134,16 @@ func (a *Activities) modelTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	}
 	if n := len(ep.segs); n > 0 && ep.segs[n-1].Done {
 		return TurnResult{Turn: in.Turn, Done: true, EndReason: ep.segs[n-1].Result.EndReason}, nil
+	}
+	// Keystrokes are typed once: a retry resumes after them or reports the turn lost.
+	if e, err := a.readJournal(in); err != nil || e != nil {
+		if err == nil && e.State == journalTyped && e.Segment != nil && in.Agent.Kind == AgentPolicy {
+			return a.afterTyping(ctx, in, ep, *e.Segment, e.Obs)
+		}
+		if err == nil {
+			err = lostTurn(in, e)
+		}
+		return TurnResult{}, err
 	}
 	if in.Agent.Kind == AgentChat {
 		return a.chatTurn(ctx, in, ep)
@@ -190,10 +202,26 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		return TurnResult{}, err
 	}
 	seg.Result.TerminalMs = terminalMs
+	seg.Result.DurationMs = time.Since(start).Milliseconds()
+	// What was typed and seen is journaled before anything else can fail:
+	// a retry continues from here and never samples or types this turn again.
+	if err := a.writeJournal(in, journalEntry{State: journalTyped, Command: seg.Result.Command, Segment: &seg, Obs: obs}); err != nil {
+		return TurnResult{}, err
+	}
+	return a.afterTyping(ctx, in, ep, seg, obs)
+}
+
+// afterTyping ends a policy turn whose keystrokes were sent: the next turn's
+// observation glue is tokenized once (masked) and the turn is committed.
+func (a *Activities) afterTyping(ctx context.Context, in TurnInput, ep *episode, seg segment, obs string) (TurnResult, error) {
+	start := time.Now()
 	if !seg.Done {
-		// Observation glue for the next turn, tokenized once and masked.
+		pool, err := a.pool(in.Agent.Inference)
+		if err != nil {
+			return TurnResult{}, err
+		}
 		next := harness.GluePieces(obs, seg.Result.Stitch)
-		ids, err := tokenize(ctx, pool, session, next)
+		ids, err := tokenize(ctx, pool, in.RolloutID+"/"+in.Sandbox.Name, next)
 		if err != nil {
 			return TurnResult{}, err
 		}
@@ -202,7 +230,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		seg.LossMask = append(seg.LossMask, make([]uint8, len(ids))...)
 		seg.Logprobs = append(seg.Logprobs, make([]float32, len(ids))...)
 	}
-	seg.Result.DurationMs = time.Since(start).Milliseconds()
+	seg.Result.DurationMs += time.Since(start).Milliseconds()
 	if err := ep.commit(seg); err != nil {
 		return TurnResult{}, err
 	}
@@ -314,9 +342,16 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 func (a *Activities) act(ctx context.Context, in TurnInput, seg *segment, reply string, from int64, pending bool) (string, int64, error) {
 	action, cmds, summary, perr := harness.ParseTurn(reply)
 	tTerm := time.Now()
-	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, from, time.Duration(in.TimeoutSec*float64(time.Second)))
+	var starting func() error
+	if len(cmds) > 0 {
+		starting = a.journalStart(in, strings.Join(summary, " ; "))
+	}
+	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, from, time.Duration(in.TimeoutSec*float64(time.Second)), starting)
 	if err != nil {
 		return "", 0, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
+	}
+	if err := a.sent(in); err != nil {
+		return "", 0, err
 	}
 	terminalMs := time.Since(tTerm).Milliseconds()
 	seg.PaneOffset = off

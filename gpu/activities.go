@@ -11,11 +11,8 @@ import (
 	"sort"
 	"time"
 
-	"go.temporal.io/sdk/activity"
-
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
-	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/httpjson"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
@@ -32,6 +29,11 @@ type Activities struct {
 	// Running reports whether a campaign's workflow still runs (for the
 	// trainer's lease, lease.go); nil: a holder is taken to run.
 	Running func(ctx context.Context, campaign string) (bool, error)
+	// StallWindow: a training operation whose progress does not move for
+	// this long is hung (0: DefaultStallWindow); RestartTrainer (the
+	// supervisor's Kill) then restarts the trainer.
+	StallWindow    time.Duration
+	RestartTrainer func()
 }
 
 // TrainerSFT runs supervised fine-tuning on masked trajectories.
@@ -60,9 +62,16 @@ func (a *Activities) train(ctx context.Context, op string, in TrainInput) (Metri
 	if err != nil {
 		return nil, err
 	}
-	stop := a.heartbeatProgress(ctx)
-	m, err := a.Trainer.Train(ctx, op, TrainRequest{Key: in.Key, BatchDir: dir, Preset: in.Preset, Hyper: in.Hyper})
-	stop()
+	tctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := a.watchProgress(ctx, cancel)
+	m, err := a.Trainer.Train(tctx, op, TrainRequest{Key: in.Key, BatchDir: dir, Preset: in.Preset, Hyper: in.Hyper})
+	if stalled := stop(); stalled != nil && err != nil && ctx.Err() == nil {
+		// Hung: restarted, it rolls back to its last commit, and the retry
+		// with the same key trains once.
+		a.restartTrainer()
+		return nil, stalled
+	}
 	if ctx.Err() != nil {
 		// Cancellation passes through: the trainer drops the step and rolls back.
 		a.Trainer.Cancel(context.WithoutCancel(ctx), in.Key)
@@ -93,19 +102,6 @@ func classify(err error) error {
 	return errs.Infraf("trainer: %v", err)
 }
 
-// heartbeatProgress heartbeats every 2 s with the trainer's progress.
-func (a *Activities) heartbeatProgress(ctx context.Context) func() {
-	return heartbeat.Every(ctx, 2*time.Second, func(ctx context.Context) any {
-		pctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		p, err := a.Trainer.Progress(pctx)
-		if err != nil {
-			return "trainer unreachable: " + err.Error()
-		}
-		return p
-	})
-}
-
 // batchMeta is the trainer's meta.json.
 type batchMeta struct {
 	Trajectories []batchEntry `json:"trajectories"`
@@ -127,6 +123,7 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 		return "", errs.Infraf("batch dir: %v", err)
 	}
 	var meta batchMeta
+	got := newBytesProgress("download batch")
 	for i, t := range in.Trajectories {
 		b, err := a.Store.Get(ctx, t.Trajectory)
 		if err != nil {
@@ -140,6 +137,7 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return "", errs.Infraf("write %s: %v", name, err)
 		}
+		got.moved(ctx, len(in.Trajectories), len(b))
 		meta.Trajectories = append(meta.Trajectories, batchEntry{File: name, Reward: t.Reward, PolicyVersion: t.PolicyVersion, TaskID: t.TaskID, Temperature: t.Temperature})
 	}
 	b, _ := json.Marshal(meta)
@@ -155,7 +153,9 @@ func (a *Activities) TrainerSave(ctx context.Context, in SaveInput) (Checkpoint,
 		return Checkpoint{}, errs.BadInputf("save: name is required")
 	}
 	dir := filepath.Join(a.WorkDir, "checkpoints", ids.Clean(in.Name))
+	stop := a.alive(ctx, "trainer saving")
 	m, err := a.Trainer.Save(ctx, dir)
+	stop()
 	if err != nil {
 		return Checkpoint{}, classify(err)
 	}
@@ -165,6 +165,7 @@ func (a *Activities) TrainerSave(ctx context.Context, in SaveInput) (Checkpoint,
 		names = append(names, f.Name)
 	}
 	sort.Strings(names)
+	sent := newBytesProgress("upload checkpoint")
 	for _, n := range names {
 		b, err := os.ReadFile(filepath.Join(dir, n))
 		if err != nil {
@@ -175,9 +176,7 @@ func (a *Activities) TrainerSave(ctx context.Context, in SaveInput) (Checkpoint,
 			return Checkpoint{}, errs.Infraf("upload %s: %v", n, err)
 		}
 		ck.Files[n] = ref
-		if activity.IsActivity(ctx) {
-			activity.RecordHeartbeat(ctx, n)
-		}
+		sent.moved(ctx, len(names), len(b))
 	}
 	// The record goes last: a checkpoint whose upload was cut short has none,
 	// so it is never found by name.
@@ -195,6 +194,7 @@ func (a *Activities) fetchCheckpoint(ctx context.Context, ck Checkpoint) (string
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
 		return "", errs.Infraf("%v", err)
 	}
+	got := newBytesProgress("download checkpoint")
 	for n, ref := range ck.Files {
 		b, err := a.Store.Get(ctx, ref)
 		if err != nil {
@@ -203,6 +203,7 @@ func (a *Activities) fetchCheckpoint(ctx context.Context, ck Checkpoint) (string
 		if err := os.WriteFile(filepath.Join(tmp, filepath.Base(n)), b, 0o644); err != nil {
 			return "", errs.Infraf("%v", err)
 		}
+		got.moved(ctx, len(ck.Files), len(b))
 	}
 	os.RemoveAll(dir)
 	if err := os.Rename(tmp, dir); err != nil {
@@ -217,7 +218,9 @@ func (a *Activities) TrainerLoad(ctx context.Context, ck Checkpoint) (Health, er
 	if err != nil {
 		return Health{}, err
 	}
+	stop := a.alive(ctx, "trainer loading")
 	h, err := a.Trainer.Load(ctx, dir)
+	stop()
 	if err != nil {
 		return h, classify(err)
 	}

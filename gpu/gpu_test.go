@@ -334,3 +334,44 @@ func TestSupervisorStopsOrphans(t *testing.T) {
 		t.Fatalf("the restarted process moved from %s to %s", first.URL(), second.URL())
 	}
 }
+
+// A trainer that hangs mid-operation (still answering /progress and /health)
+// is found once its progress has not moved for the stall window: the activity
+// fails retryably, the trainer is restarted from its last commit, and the
+// retry with the same key trains once.
+func TestHungTrainerIsRestarted(t *testing.T) {
+	hang := filepath.Join(t.TempDir(), "hang")
+	if err := os.WriteFile(hang, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, "--hang-once", hang)
+	r.acts.StallWindow = 6 * time.Second
+	r.acts.RestartTrainer = r.trainer.Kill
+	ctx := context.Background()
+	refs := sample(t, r.acts.Inference, r.acts.Store, 2, "hang")
+	in := TrainInput{Key: "camp/critic/hang", Trajectories: refs, Preset: "small", Hyper: map[string]any{"epochs": 4}}
+	start := time.Now()
+	_, err := r.acts.TrainerCriticFit(ctx, in)
+	took := time.Since(start)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != errs.Infra || ae.NonRetryable() || !strings.Contains(err.Error(), "stalled") {
+		t.Fatalf("a hung trainer should be a retryable stall, got %v", err)
+	}
+	if took > r.acts.StallWindow+2*progressPoll+5*time.Second {
+		t.Fatalf("the stall was found after %s, window %s", took, r.acts.StallWindow)
+	}
+	if _, err := os.Stat(hang); !os.IsNotExist(err) {
+		t.Fatal("the trainer never hung")
+	}
+	if err := r.trainer.WaitRestarted(ctx, 1, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	m, err := r.acts.TrainerCriticFit(ctx, in)
+	if err != nil || m.Replayed() {
+		t.Fatalf("retry after the restart: %v %v", m, err)
+	}
+	log, _ := os.ReadFile(filepath.Join(r.work, "trainer", "ops.log"))
+	if n := strings.Count(string(log), "commit critic_fit camp/critic/hang"); n != 1 {
+		t.Fatalf("committed %d times:\n%s", n, log)
+	}
+}

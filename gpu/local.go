@@ -65,7 +65,8 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		url = l.Inference.URL()
 	}
 	os.WriteFile(filepath.Join(o.Home, "inference.url"), []byte(url+"\n"), 0o644)
-	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Store: o.Store, WorkDir: work}
+	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Store: o.Store, WorkDir: work,
+		RestartTrainer: l.Trainer.Kill}
 	return l, nil
 }
 

@@ -24,6 +24,10 @@ type ExecOptions struct {
 	// Stdout, when set, receives the command's standard output, and Output
 	// holds only its standard error.
 	Stdout io.Writer
+	// Starting, when set, runs once the exec is created and before it starts;
+	// an error leaves the command unstarted. AgentTurn journals the turn here,
+	// so a journal entry exists before anything reaches the sandbox.
+	Starting func() error
 }
 
 // ExecResult is what a command did.
@@ -83,6 +87,11 @@ func (d *Docker) exec(ctx context.Context, id string, cmd []string, o ExecOption
 			return ExecResult{}, fmt.Errorf("%w: %v", ErrContainerGone, err)
 		}
 		return ExecResult{}, err
+	}
+	if o.Starting != nil {
+		if err := o.Starting(); err != nil {
+			return ExecResult{}, err
+		}
 	}
 	hj, err := d.Client.ContainerExecAttach(ctx, resp.ID, container.ExecAttachOptions{})
 	if err != nil {

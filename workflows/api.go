@@ -95,25 +95,28 @@ func (in RolloutInput) validate() error {
 
 // RolloutResult is small on purpose: the full record is an artifact.
 type RolloutResult struct {
-	RolloutID       string     `json:"rollout_id"`
-	WorkflowID      string     `json:"workflow_id"`
-	TaskID          string     `json:"task_id"`
-	Name            string     `json:"name"`
-	Category        string     `json:"category,omitempty"`
-	Difficulty      string     `json:"difficulty,omitempty"`
-	Attempt         int        `json:"attempt"`
-	Outcome         string     `json:"outcome"`
-	AgentEnd        string     `json:"agent_end,omitempty"`
-	Scored          bool       `json:"scored"` // false: infra, verifier or task failure; not a reward of 0
-	Reward          float64    `json:"reward"`
-	Passed          int        `json:"passed"`
-	Total           int        `json:"total"`
-	Resolved        bool       `json:"resolved"`
-	Turns           int        `json:"turns"`
-	DurationSec     float64    `json:"duration_s"`
-	SandboxAttempts int        `json:"sandbox_attempts"`
-	Error           string     `json:"error,omitempty"`
-	Record          *store.Ref `json:"record,omitempty"`
+	RolloutID       string  `json:"rollout_id"`
+	WorkflowID      string  `json:"workflow_id"`
+	TaskID          string  `json:"task_id"`
+	Name            string  `json:"name"`
+	Category        string  `json:"category,omitempty"`
+	Difficulty      string  `json:"difficulty,omitempty"`
+	Attempt         int     `json:"attempt"`
+	Outcome         string  `json:"outcome"`
+	AgentEnd        string  `json:"agent_end,omitempty"`
+	Scored          bool    `json:"scored"` // false: infra, verifier or task failure; not a reward of 0
+	Reward          float64 `json:"reward"`
+	Passed          int     `json:"passed"`
+	Total           int     `json:"total"`
+	Resolved        bool    `json:"resolved"`
+	Turns           int     `json:"turns"`
+	DurationSec     float64 `json:"duration_s"`
+	SandboxAttempts int     `json:"sandbox_attempts"`
+	// LostTurns counts agent turns lost to a worker that died mid-turn: each
+	// one started the episode over in a fresh sandbox (errs.TurnLost).
+	LostTurns int        `json:"lost_turns,omitempty"`
+	Error     string     `json:"error,omitempty"`
+	Record    *store.Ref `json:"record,omitempty"`
 	// Model-driven rollouts: the trajectory's claim check and the policy
 	// version(s) that sampled it.
 	Trajectory     *store.Ref `json:"trajectory,omitempty"`

@@ -233,9 +233,14 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 			t.Errorf("rollout %s counted twice", ro.RolloutID)
 		}
 		seen[ro.RolloutID] = true
-		// A killed worker costs no sandbox: the rollout goes on in the one it had.
-		if !ro.Scored || ro.Turns != len(agent.Commands) || ro.SandboxAttempts != 1 {
-			t.Errorf("%s: scored %v, %d turns, %d sandboxes (%s)", ro.Name, ro.Scored, ro.Turns, ro.SandboxAttempts, ro.Error)
+		// A killed worker costs no sandbox, except for a turn it killed after
+		// the command was sent: that turn is lost (never run again in that
+		// sandbox) and the episode starts over in a fresh one.
+		if !ro.Scored || ro.Turns != len(agent.Commands) || ro.SandboxAttempts != 1+ro.LostTurns {
+			t.Errorf("%s: scored %v, %d turns, %d sandboxes, %d lost turns (%s)", ro.Name, ro.Scored, ro.Turns, ro.SandboxAttempts, ro.LostTurns, ro.Error)
+		}
+		if ro.LostTurns > 0 {
+			t.Logf("%s: %d turn(s) lost to the kill, %d sandboxes", ro.Name, ro.LostTurns, ro.SandboxAttempts)
 		}
 	}
 	// Each rollout ran as exactly one workflow execution.

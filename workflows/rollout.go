@@ -108,6 +108,10 @@ func (r *rollout) failed(ctx workflow.Context, n int, err error) (stop bool) {
 	res.Error = oneLine(err)
 	kind := errorType(err)
 	workflow.GetLogger(ctx).Warn("sandbox attempt failed", "attempt", n, "type", kind, "error", err)
+	if kind == errs.TurnLost {
+		// The sandbox saw a turn the record lacks: the episode starts over.
+		res.LostTurns++
+	}
 	if kind == errs.TaskInvalid || kind == errs.BadInput {
 		res.Outcome = OutcomeTaskInvalid
 		return true

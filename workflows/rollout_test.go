@@ -147,6 +147,34 @@ func TestVanishedSandboxRetriesWithFreshOne(t *testing.T) {
 	require.Equal(t, 1, res.Turns, "the fresh sandbox starts the episode over")
 }
 
+// A turn lost to a worker that died after sending it (activities' turn
+// journal) is not retried: the sandbox is released unverified, the episode
+// starts over in a fresh one, and the result counts the lost turn.
+func TestLostTurnStartsOverInFreshSandbox(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	var calls atomic.Int32
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.TurnInput) (activities.TurnResult, error) {
+		if calls.Add(1) == 2 {
+			return activities.TurnResult{}, errs.TurnLostf("turn 1 in sb-1 was lost")
+		}
+		return f.turn(ctx, in)
+	})
+	var verified1 atomic.Int32
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.VerifyInput) (activities.VerifyResult, error) {
+		verified1.Add(1)
+		require.Equal(t, "sb-2", in.Sandbox.Name, "the sandbox that lost a turn is never verified")
+		return verified(2, 2)(ctx, in)
+	})
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"a", "b"}}))
+	require.Equal(t, OutcomeResolved, res.Outcome)
+	require.Equal(t, int32(4), calls.Load(), "the lost turn was retried in its sandbox")
+	require.Equal(t, 2, res.SandboxAttempts)
+	require.Equal(t, 1, res.LostTurns)
+	require.Equal(t, 2, res.Turns, "the fresh sandbox starts the episode over")
+	require.Equal(t, []string{"sb-1", "sb-2"}, f.destroyed)
+}
+
 func TestInfraExhaustedIsRecordedNotScored(t *testing.T) {
 	f := &fakeSandbox{}
 	env := newEnv(t, f)

@@ -153,6 +153,14 @@ class Trainer:
             raise Cancelled(f"{self.progress['op']} {self.progress['key']} cancelled")
         if self.args.slow_ms:
             time.sleep(self.args.slow_ms / 1000)   # for crash tests: widen the window
+        hang = self.args.hang_once
+        if hang and done >= 2 and os.path.exists(hang):
+            # For stall tests: hang mid-operation, still answering /progress
+            # and /health, until killed; the file goes, so a restart does not.
+            os.remove(hang)
+            self.log(f"hanging in {self.progress['op']} {self.progress['key']} ({hang})")
+            while True:
+                time.sleep(1)
 
     # ---- forward helpers ---------------------------------------------------
     def _logp(self, inputs, targets, routing, temperature=None):
@@ -407,6 +415,7 @@ def main():
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
+    ap.add_argument("--hang-once", default="", help="tests: while this file exists, hang after the second minibatch of an operation (and remove it)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
     ap.add_argument("--crash-at", choices=commit.CRASH_POINTS,
                     help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit")

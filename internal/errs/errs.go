@@ -28,6 +28,11 @@ const (
 	// SynthesisRejected: a synthesizer proposal that is not a valid task; the
 	// round tries another variation.
 	SynthesisRejected = "SynthesisRejected"
+	// TurnLost: an agent turn whose command or keystrokes were sent, but
+	// whose result was never recorded (the worker died mid-turn). It is never
+	// sent again: non-retryable, and the rollout starts the episode over in a
+	// fresh sandbox.
+	TurnLost = "TurnLost"
 )
 
 // newf is an application error of type typ with a formatted message;
@@ -75,4 +80,9 @@ func SynthesisRejectedf(format string, args ...any) error {
 // TrainerBusyf says which campaign holds the trainer: non-retryable.
 func TrainerBusyf(format string, args ...any) error {
 	return newf(TrainerBusy, false, format, args)
+}
+
+// TurnLostf reports a lost agent turn: non-retryable.
+func TurnLostf(format string, args ...any) error {
+	return newf(TurnLost, false, format, args)
 }
