@@ -217,6 +217,9 @@ type Progress struct {
 	Done     int `json:"done"`
 	Running  int `json:"running"`
 	Resolved int `json:"resolved"`
+	// Concurrency is the window's width now (set_concurrency changes it);
+	// 0 where it is fixed.
+	Concurrency int `json:"concurrency,omitempty"`
 }
 
 // Query names.

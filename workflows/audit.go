@@ -197,7 +197,7 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 		return AuditSweepResult{}, err
 	}
 	verdicts := make([]audit.Verdict, len(in.Tasks))
-	err := slidingWindow(ctx, len(in.Tasks), func() int { return in.Concurrency }, &prog.Running,
+	err := slidingWindow(ctx, len(in.Tasks), fixedConcurrency(in.Concurrency), &prog.Running,
 		func(i int) workflow.Future {
 			t := in.Tasks[i]
 			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{

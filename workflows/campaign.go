@@ -117,6 +117,8 @@ type campaignRun struct {
 	resume   bool // this run resumes a closed one: reload its last checkpoint first
 	inFlight string
 	decision string // an operator's decision on a failed stage: retry or skip
+	// batchChild is the PPO step or warm-up running now, if any.
+	batchChild workflow.ChildWorkflowFuture
 }
 
 // CampaignWorkflow runs the T1 recipe as one durable job: base eval, SFT,
@@ -153,15 +155,8 @@ func (c *campaignRun) setup(ctx workflow.Context) error {
 	if err := c.setDecisionHandlers(ctx); err != nil {
 		return err
 	}
-	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetConcurrency, func(ctx workflow.Context, n int) (CampaignStatus, error) {
-		c.st.Concurrency = n
-		return c.status(), nil
-	}, workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, n int) error {
-		if n < 1 || n > 1024 {
-			return fmt.Errorf("set_concurrency %d: must be between 1 and 1024", n)
-		}
-		return nil
-	}})
+	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetConcurrency, c.setConcurrency,
+		workflow.UpdateHandlerOptions{Validator: func(ctx workflow.Context, n int) error { return validConcurrency(n) }})
 	if err != nil {
 		return err
 	}

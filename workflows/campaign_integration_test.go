@@ -158,6 +158,7 @@ func TestCampaignPauseResumeAndStatus(t *testing.T) {
 	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd = false, false, false
 	wid := ids.CampaignWorkflowID(name)
 	run := startCampaign(t, r.c, cfg)
+	firstRun := run.GetRunID() // run.Get follows continue-as-new to the last
 	ctx := context.Background()
 	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdatePause, WaitForStage: client.WorkflowUpdateStageCompleted})
 	if err != nil {
@@ -194,14 +195,48 @@ func TestCampaignPauseResumeAndStatus(t *testing.T) {
 	if _, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: wid, UpdateName: workflows.UpdateResume, WaitForStage: client.WorkflowUpdateStageCompleted}); err != nil {
 		t.Fatal(err)
 	}
+	r.setConcurrencyMidStep(t, name, 3)
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	var res workflows.CampaignResult
 	if err := run.Get(cctx, &res); err != nil {
 		t.Fatal(err)
 	}
-	if res.State.Step != 2 || res.State.Phase != workflows.PhaseDone {
+	if res.State.Step != 2 || res.State.Phase != workflows.PhaseDone || res.State.Concurrency != 3 {
 		t.Fatalf("after resume: %+v", res.State)
+	}
+	// continue_as_new_every = 1: the first run continued as new, the last was started by it.
+	recordRun(t, r.c, wid, firstRun, "testdata/campaign_continued_as_new.json")
+	recordHistory(t, r.c, wid, "testdata/campaign_after_continue.json")
+}
+
+// setConcurrencyMidStep sets a campaign's concurrency while a PPO step runs
+// and checks that the running step's window took it (its progress query).
+func (r *rig) setConcurrencyMidStep(t *testing.T, name string, n int) {
+	t.Helper()
+	st := r.awaitStatus(t, name, 5*time.Minute, "a PPO step in flight", func(s workflows.CampaignStatus) bool { return strings.HasPrefix(s.InFlight, "ppo step") })
+	ctx := context.Background()
+	h, err := r.c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{WorkflowID: ids.CampaignWorkflowID(name), UpdateName: workflows.UpdateSetConcurrency, Args: []any{n}, WaitForStage: client.WorkflowUpdateStageCompleted})
+	var s workflows.CampaignStatus
+	if err == nil {
+		err = h.Get(ctx, &s)
+	}
+	if err != nil || s.Concurrency != n {
+		t.Fatalf("set_concurrency %d: %+v %v", n, s, err)
+	}
+	var step int
+	fmt.Sscanf(st.InFlight, "ppo step %d", &step)
+	child := ids.PPOStepWorkflowID(name, step)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		var p workflows.Progress
+		v, err := r.c.QueryWorkflow(ctx, child, "", workflows.QueryProgress)
+		if err == nil && v.Get(&p) == nil && p.Concurrency == n {
+			recordHistory(t, r.c, child, "testdata/ppo_set_concurrency.json")
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s never took concurrency %d: %+v %v", child, n, p, err)
+		}
 	}
 }
 

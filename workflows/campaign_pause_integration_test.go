@@ -203,11 +203,17 @@ func TestCampaignWarmupGatePausesRetryAndSkip(t *testing.T) {
 // T1FLOW_RECORD_HISTORY=1.
 func recordHistory(t *testing.T, c client.Client, wid, file string) {
 	t.Helper()
+	recordRun(t, c, wid, "", file)
+}
+
+// recordRun is recordHistory of one run ("": the latest).
+func recordRun(t *testing.T, c client.Client, wid, runID, file string) {
+	t.Helper()
 	if os.Getenv("T1FLOW_RECORD_HISTORY") != "1" {
 		return
 	}
 	var h historypb.History
-	it := c.GetWorkflowHistory(context.Background(), wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := c.GetWorkflowHistory(context.Background(), wid, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {

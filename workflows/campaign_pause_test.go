@@ -21,6 +21,18 @@ import (
 // campaignEnv is a campaign (no SFT, no evals, two PPO steps) whose PPO
 // step workflow answers step(n, call) for its call-th start of step n.
 func campaignEnv(t *testing.T, step func(n, call int) (StepRecord, error), initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
+	env, in, inits := campaignBaseEnv(t, []task.Ref{testTask}, initErr...)
+	calls := map[int]int{}
+	env.OnWorkflow(PPOStepWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in PPOStepInput) (StepRecord, error) {
+		calls[in.Step]++
+		return step(in.Step, calls[in.Step])
+	})
+	return env, in, inits
+}
+
+// campaignBaseEnv is campaignEnv with the PPO step workflow left to the
+// caller; every pool holds tasks.
+func campaignBaseEnv(t *testing.T, tasks []task.Ref, initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&gpu.Activities{})
@@ -38,14 +50,9 @@ func campaignEnv(t *testing.T, step func(n, call int) (StepRecord, error), initE
 		return gpu.Checkpoint{Name: in.Name, WeightVersion: "v0"}, nil
 	})
 	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return("v0", nil)
-	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return([]task.Ref{testTask}, nil)
+	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return(tasks, nil)
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(store.Ref{URI: "file:///r"}, nil)
 	env.OnWorkflow(CriticWarmupWorkflow, mock.Anything, mock.Anything).Return(WarmupResult{}, nil)
-	calls := map[int]int{}
-	env.OnWorkflow(PPOStepWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in PPOStepInput) (StepRecord, error) {
-		calls[in.Step]++
-		return step(in.Step, calls[in.Step])
-	})
 	var cfg campaign.Config
 	cfg.Name, cfg.S, cfg.Policy.Init, cfg.Policy.Seed, cfg.Policy.Inference = "c", 20, "random", 5, []string{"http://replica"}
 	cfg.PPO.Steps, cfg.PPO.TasksPerStep, cfg.PPO.Concurrency, cfg.PPO.ContinueAsNewEvery = 2, 1, 1, 10

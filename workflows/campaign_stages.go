@@ -185,9 +185,9 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 	if attempt > 0 {
 		b.KeyPrefix = c.trainKey(fmt.Sprintf("warmup-retry-%d/", attempt))
 	}
-	err = workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
+	err = c.runBatch(ctx, workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
 		RolloutBatch: b, Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds, Advisory: !w.RequireGate,
-	}).Get(ctx, &res)
+	}), &res)
 	if err != nil {
 		return err
 	}
@@ -206,9 +206,9 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	}
 	cctx := cancelledChildCtx(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), fmt.Sprintf("%s PPO step %d", c.cfg.Name, step))
 	var res StepRecord
-	err = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
+	err = c.runBatch(ctx, workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
 		RolloutBatch: c.batch(tasks), Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare,
-	}).Get(ctx, &res)
+	}), &res)
 	if err != nil {
 		return err
 	}
@@ -219,4 +219,27 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	res.Checkpoint = c.st.Checkpoint.Name
 	c.st.Steps = append(c.st.Steps, res)
 	return nil
+}
+
+// runBatch waits for a child that rolls out a batch at the campaign's
+// concurrency (a PPO step, the critic warm-up); while it runs,
+// set_concurrency reaches it (setConcurrency).
+func (c *campaignRun) runBatch(ctx workflow.Context, child workflow.ChildWorkflowFuture, res any) error {
+	c.batchChild = child
+	defer func() { c.batchChild = nil }()
+	return child.Get(ctx, res)
+}
+
+// setConcurrency is the set_concurrency update: later batches start at n,
+// and the running one, if any, is signalled to widen or narrow its window.
+// Version 1 signals; before it a running batch kept its start-time width.
+func (c *campaignRun) setConcurrency(ctx workflow.Context, n int) (CampaignStatus, error) {
+	c.st.Concurrency = n
+	if c.batchChild != nil && workflow.GetVersion(ctx, "set-concurrency-reaches-child", workflow.DefaultVersion, 1) == 1 {
+		// Waits for the child to start; fails only if it has already closed.
+		if err := c.batchChild.SignalChildWorkflow(ctx, SignalSetConcurrency, n).Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("set_concurrency did not reach the running batch", "error", err)
+		}
+	}
+	return c.status(), nil
 }

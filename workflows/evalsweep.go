@@ -16,6 +16,7 @@ type evalSweep struct {
 	in       EvalSweepInput
 	progress Progress
 	results  []RolloutResult
+	width    *concurrency
 }
 
 // EvalSweepWorkflow runs tasks × attempts as child RolloutWorkflows in a
@@ -47,10 +48,20 @@ func (s *evalSweep) setup(ctx workflow.Context) error {
 		return temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
 	s.progress.Total = len(s.in.Tasks) * s.in.Attempts
-	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return s.progress, nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return s.status(), nil }); err != nil {
+		return err
+	}
+	var err error
+	if s.width, err = newConcurrency(ctx, s.in.Concurrency, s.status); err != nil {
 		return err
 	}
 	return workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(s.in.SweepID), ids.Stage.ValueSet("eval"))
+}
+
+func (s *evalSweep) status() Progress {
+	p := s.progress
+	p.Concurrency = s.width.limit()
+	return p
 }
 
 func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
@@ -64,7 +75,7 @@ func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
 			jobs = append(jobs, job{i, a})
 		}
 	}
-	err := slidingWindow(ctx, len(jobs), func() int { return s.in.Concurrency }, &s.progress.Running,
+	err := slidingWindow(ctx, len(jobs), s.width, &s.progress.Running,
 		func(i int) workflow.Future {
 			j := jobs[i]
 			t := s.in.Tasks[j.task]

@@ -87,9 +87,10 @@ type collected struct {
 	retries                []int // samples by the retries they took
 }
 
-// collect runs one rollout per task and keeps the trajectories sampled by the
-// expected policy version; aborted, failed and stale rollouts are counted.
-func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int) (collected, error) {
+// collect runs one rollout per task, at most width at a time, and keeps the
+// trajectories sampled by the expected policy version; aborted, failed and
+// stale rollouts are counted.
+func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int, width *concurrency) (collected, error) {
 	var out collected
 	if !(b.Agent.Temperature > 0) {
 		// Greedy rollouts have no sampling distribution for the trainer's ratio.
@@ -105,9 +106,9 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 	// Version 1 starts aborted rollouts again until the deadline; histories
 	// before it left them out after the rollout's own sandbox attempts.
 	if workflow.GetVersion(ctx, "retry-aborted-rollouts", workflow.DefaultVersion, 1) == 1 {
-		return collectRetrying(ctx, b, stage, step, attempt, running)
+		return collectRetrying(ctx, b, stage, step, attempt, running, width)
 	}
-	err := slidingWindow(ctx, len(b.Tasks), func() int { return b.Concurrency }, running,
+	err := slidingWindow(ctx, len(b.Tasks), width, running,
 		func(i int) workflow.Future {
 			return startRollout(ctx, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i],
 				Agent: b.Agent, TurnCap: b.TurnCap, S: b.S}, fmt.Sprintf("%s %s %d: %s", b.Campaign, stage, step, b.Tasks[i].Name))
@@ -124,7 +125,7 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 // another replica is tried first. Each start takes a slot of the window. A
 // sample still aborted when its next start would fall past the deadline is
 // left out and counted; a rollout started before the deadline runs to its end.
-func collectRetrying(ctx workflow.Context, b RolloutBatch, stage string, step int, attempt []int, running *int) (collected, error) {
+func collectRetrying(ctx workflow.Context, b RolloutBatch, stage string, step int, attempt []int, running *int, width *concurrency) (collected, error) {
 	var out collected
 	minutes := b.DeadlineMinutes
 	if minutes <= 0 {
@@ -149,8 +150,9 @@ func collectRetrying(ctx workflow.Context, b RolloutBatch, stage string, step in
 	}
 	waiting := 0 // samples in their backoff
 	sel := workflow.NewSelector(ctx)
+	width.watch(ctx, sel)
 	for len(ready) > 0 || *running > 0 || waiting > 0 {
-		for *running < max(b.Concurrency, 1) && len(ready) > 0 {
+		for *running < width.limit() && len(ready) > 0 {
 			i := ready[0]
 			ready = ready[1:]
 			*running++
@@ -228,8 +230,9 @@ func (c *collected) add(r RolloutResult, version string, temperature float64) {
 }
 
 type ppoStep struct {
-	in   PPOStepInput
-	prog Progress
+	in    PPOStepInput
+	prog  Progress
+	width *concurrency
 }
 
 // PPOStepWorkflow rolls out the step's tasks with bounded concurrency, leaves
@@ -242,12 +245,22 @@ func PPOStepWorkflow(ctx workflow.Context, in PPOStepInput) (StepRecord, error) 
 
 func (p *ppoStep) setup(ctx workflow.Context) error {
 	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(p.in.Campaign), ids.Stage.ValueSet("ppo"), ids.Step.ValueSet(int64(p.in.Step)))
-	return workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return p.prog, nil })
+	var err error
+	if p.width, err = newConcurrency(ctx, p.in.Concurrency, p.status); err != nil {
+		return err
+	}
+	return workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return p.status(), nil })
+}
+
+func (p *ppoStep) status() Progress {
+	s := p.prog
+	s.Concurrency = p.width.limit()
+	return s
 }
 
 func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	in := p.in
-	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running)
+	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, p.width)
 	if err != nil {
 		return StepRecord{}, err
 	}

@@ -260,7 +260,7 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 		return SynthSweepResult{}, err
 	}
 	chains := make([]SynthesisResult, len(jobs))
-	err := slidingWindow(ctx, len(jobs), func() int { return in.Concurrency }, &prog.Running,
+	err := slidingWindow(ctx, len(jobs), fixedConcurrency(in.Concurrency), &prog.Running,
 		func(i int) workflow.Future {
 			j := jobs[i]
 			seed := in.Seeds[j.seed]

@@ -52,6 +52,7 @@ type warmup struct {
 	in      WarmupInput
 	res     WarmupResult
 	running int
+	width   *concurrency
 }
 
 // CriticWarmupWorkflow fits the critic on rollouts of the frozen policy until
@@ -61,6 +62,10 @@ type warmup struct {
 // explained_variance_before), so the gate is read from round 2 on.
 func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, error) {
 	w := &warmup{in: in}
+	var err error
+	if w.width, err = newConcurrency(ctx, in.Concurrency, func() Progress { return Progress{Running: w.running, Concurrency: w.width.limit()} }); err != nil {
+		return w.res, err
+	}
 	gctx := gpuActivityCtx(ctx, "")
 	// Version 1 gates on held-out EV; histories before it gated on the EV of
 	// the batch just fitted, and an undefined EV passed.
@@ -96,7 +101,7 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, erro
 	in, res := w.in, &w.res
 	var batch []gpu.TrajectoryRef
 	for e := 0; e < max(in.Epochs, 1); e++ {
-		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*max(in.Epochs, 1)+e, &w.running)
+		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*max(in.Epochs, 1)+e, &w.running, w.width)
 		if err != nil {
 			return nil, err
 		}

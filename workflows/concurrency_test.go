@@ -1,0 +1,181 @@
+package workflows
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+func eightTasks() []task.Ref {
+	var ts []task.Ref
+	for i := 0; i < 8; i++ {
+		tk := testTask
+		tk.ID, tk.Name = fmt.Sprintf("%016d", i), fmt.Sprintf("task-%d", i)
+		ts = append(ts, tk)
+	}
+	return ts
+}
+
+// window counts the rollout children in flight (each takes a minute) and
+// when each started.
+type window struct {
+	running, most int
+	at            []time.Duration
+}
+
+func watchRollouts(env *testsuite.TestWorkflowEnvironment, start time.Time) *window {
+	w := &window{}
+	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
+	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).After(time.Minute).Return(func(_ workflow.Context, rin RolloutInput) (RolloutResult, error) {
+		return RolloutResult{TaskID: rin.Task.ID, Name: rin.Task.Name, Attempt: rin.Attempt, Outcome: OutcomeResolved, Scored: true, Resolved: true, Reward: 1,
+			Trajectory: &traj, PolicyVersions: []string{"v0"}}, nil
+	})
+	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
+		if info.WorkflowType.Name == "RolloutWorkflow" {
+			w.running++
+			w.most = max(w.most, w.running)
+			w.at = append(w.at, env.Now().Sub(start).Round(time.Second))
+		}
+	})
+	env.SetOnChildWorkflowCompletedListener(func(info *workflow.Info, _ converter.EncodedValue, _ error) {
+		if info.WorkflowType.Name == "RolloutWorkflow" {
+			w.running--
+		}
+	})
+	return w
+}
+
+// checkWindow asserts the shape every test below drives: 8 one-minute
+// rollouts at width 2, widened to 5 at 0:30 and cut to 1 at 1:10. The raise
+// starts 3 at once (not when a rollout ends), 2 more start at 1:00 when the
+// first 2 end; after the cut nothing starts until the 5 in flight are down to
+// 0 (2 left at 1:35), and the last starts alone at 2:00.
+func checkWindow(t *testing.T, w *window, at35, at95 int) {
+	t.Helper()
+	want := []time.Duration{0, 0, 30 * time.Second, 30 * time.Second, 30 * time.Second, time.Minute, time.Minute, 2 * time.Minute}
+	if fmt.Sprint(w.at) != fmt.Sprint(want) {
+		t.Errorf("rollouts started at %v, want %v", w.at, want)
+	}
+	if w.most != 5 || at35 != 5 || at95 != 2 {
+		t.Errorf("in flight: %d at 0:35 (want 5), %d at 1:35 (want 2), at most %d (want 5)", at35, at95, w.most)
+	}
+}
+
+// An operator's set_concurrency update on a running eval sweep widens and
+// narrows its window; its progress query and the update's answer show the
+// width; 0 is rejected.
+func TestSetConcurrencyReachesARunningEvalSweep(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	Register(env)
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(store.Ref{URI: "file:///r"}, nil)
+	w := watchRollouts(env, env.Now())
+	update := func(after time.Duration, n int, rejected bool) {
+		env.RegisterDelayedCallback(func() {
+			env.UpdateWorkflow(UpdateSetConcurrency, fmt.Sprint("u", n), &testsuite.TestUpdateCallback{
+				OnReject: func(err error) {
+					if !rejected {
+						t.Errorf("set_concurrency %d rejected: %v", n, err)
+					}
+				},
+				OnAccept: func() {
+					if rejected {
+						t.Errorf("set_concurrency %d accepted", n)
+					}
+				},
+				OnComplete: func(v any, err error) {
+					if p, ok := v.(Progress); err != nil || !ok || p.Concurrency != n {
+						t.Errorf("set_concurrency %d answered %+v, %v", n, v, err)
+					}
+				}}, n)
+		}, after)
+	}
+	var at35, at95 Progress
+	query := func(after time.Duration, p *Progress) {
+		env.RegisterDelayedCallback(func() {
+			v, err := env.QueryWorkflow(QueryProgress)
+			if err == nil {
+				err = v.Get(p)
+			}
+			if err != nil {
+				t.Error(err)
+			}
+		}, after)
+	}
+	update(10*time.Second, 0, true)
+	update(30*time.Second, 5, false)
+	query(35*time.Second, &at35)
+	update(70*time.Second, 1, false)
+	query(95*time.Second, &at95)
+	env.ExecuteWorkflow(EvalSweepWorkflow, EvalSweepInput{SweepID: "s", Tasks: eightTasks(), Agent: activities.AgentSpec{Kind: activities.AgentOracle}, Concurrency: 2})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if at35.Concurrency != 5 || at95.Concurrency != 1 {
+		t.Errorf("progress shows width %d at 0:35 and %d at 1:35, want 5 and 1", at35.Concurrency, at95.Concurrency)
+	}
+	checkWindow(t, w, at35.Running, at95.Running)
+}
+
+// The set_concurrency signal (what a campaign sends) reaches a running PPO
+// step the same way.
+func TestSetConcurrencySignalReachesARunningPPOStep(t *testing.T) {
+	r := newStepRig(t, func(RolloutInput) bool { return false })
+	w := watchRollouts(r.env, r.env.Now())
+	var at35, at95 int
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalSetConcurrency, 5) }, 30*time.Second)
+	r.env.RegisterDelayedCallback(func() { at35 = w.running }, 35*time.Second)
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalSetConcurrency, 0) }, 60*time.Second) // ignored
+	r.env.RegisterDelayedCallback(func() { r.env.SignalWorkflow(SignalSetConcurrency, 1) }, 70*time.Second)
+	r.env.RegisterDelayedCallback(func() { at95 = w.running }, 95*time.Second)
+	rec, err := r.run(t, stepIn(eightTasks()...))
+	if err != nil || rec.Trained != 8 {
+		t.Fatalf("step: %+v %v", rec, err)
+	}
+	checkWindow(t, w, at35, at95)
+}
+
+// A campaign's set_concurrency reaches the PPO step it is running (the step
+// is a real PPOStepWorkflow; its rollouts are mocked), and the status shows it.
+func TestCampaignSetConcurrencyReachesItsRunningStep(t *testing.T) {
+	env, in, _ := campaignBaseEnv(t, eightTasks())
+	in.Config.PPO.Steps, in.Config.PPO.TasksPerStep, in.Config.PPO.Concurrency, in.Config.Policy.Temperature = 1, 8, 2, 1
+	env.OnActivity(gact.TrainerPPOStep, mock.Anything, mock.Anything).Return(gpu.Metrics{"policy_loss": 0.1}, nil)
+	w := watchRollouts(env, env.Now())
+	set := func(after time.Duration, n int) {
+		env.RegisterDelayedCallback(func() {
+			env.UpdateWorkflow(UpdateSetConcurrency, fmt.Sprint("u", n), &testsuite.TestUpdateCallback{
+				OnReject: func(err error) { t.Errorf("set_concurrency %d rejected: %v", n, err) }, OnAccept: func() {},
+				OnComplete: func(v any, err error) {
+					if s, ok := v.(CampaignStatus); err != nil || !ok || s.Concurrency != n {
+						t.Errorf("set_concurrency %d answered %+v, %v", n, v, err)
+					}
+				}}, n)
+		}, after)
+	}
+	var at35, at95 int
+	set(30*time.Second, 5)
+	env.RegisterDelayedCallback(func() { at35 = w.running }, 35*time.Second)
+	set(70*time.Second, 1)
+	env.RegisterDelayedCallback(func() { at95 = w.running }, 95*time.Second)
+	env.ExecuteWorkflow(CampaignWorkflow, in)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var res CampaignResult
+	if err := env.GetWorkflowResult(&res); err != nil || res.State.Step != 1 || res.State.Concurrency != 1 {
+		t.Fatalf("campaign: %+v %v", res.State, err)
+	}
+	checkWindow(t, w, at35, at95)
+}
