@@ -42,7 +42,9 @@ fi
 
 mkdir -p "$STATE"
 echo "ensure-sandbox-host: starting dockerd (log $STATE/dockerd.log)" >&2
-nohup dockerd >>"$STATE/dockerd.log" 2>&1 </dev/null &
+# Its own session: a daemon, not a child that dies with the shell (or the
+# process group) that happened to start it.
+setsid nohup dockerd >>"$STATE/dockerd.log" 2>&1 </dev/null &
 for _ in $(seq 1 60); do
   answers && exit 0
   sleep 0.5
