@@ -131,9 +131,16 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 	if len(batch) == 0 {
 		return temporal.NewNonRetryableApplicationError("sft: no task of the training pool rendered a sample", errs.BadInput, nil)
 	}
+	hyper := map[string]any{"epochs": c.cfg.SFT.Epochs}
+	if c.cfg.SFT.ActorLR > 0 {
+		hyper["actor_lr"] = c.cfg.SFT.ActorLR
+	}
+	if c.cfg.SFT.Minibatches > 0 {
+		hyper["minibatches"] = c.cfg.SFT.Minibatches
+	}
 	var m gpu.Metrics
 	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
-		Key: c.key("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
+		Key: c.key("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: hyper,
 	}).Get(ctx, &m); err != nil {
 		return err
 	}
