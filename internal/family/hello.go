@@ -64,15 +64,20 @@ func (h Hello) Variants() (train, heldOut []Variant) {
 			trainT = append(trainT, i)
 		}
 	}
+	seen := map[string]bool{} // the same text would be the same task (its ID is a content hash)
 	gen := func(kind string, n int, templates []int) []Variant {
 		out := make([]Variant, 0, n)
-		for k := 0; k < n; k++ {
+		for len(out) < n {
 			t := templates[r.Intn(len(templates))]
 			num := 10 + r.Intn(9990)
 			text := fill(helloPrefixes[r.Intn(len(helloPrefixes))], num) +
 				fmt.Sprintf(helloTemplates[t], Word, OutFile) +
 				fill(helloSuffixes[r.Intn(len(helloSuffixes))], num)
-			out = append(out, Variant{Name: fmt.Sprintf("hello-%s-%03d-t%d", kind, k, t), Instruction: text})
+			if seen[text] {
+				continue
+			}
+			seen[text] = true
+			out = append(out, Variant{Name: fmt.Sprintf("hello-%s-%03d-t%d", kind, len(out), t), Instruction: text})
 		}
 		return out
 	}

@@ -17,6 +17,9 @@ func TestHelloHeldOutNeverTrained(t *testing.T) {
 	tr, ho := Hello{Train: 200, HeldOut: 50, Seed: 1}.Variants()
 	seen := map[string]bool{}
 	for _, v := range tr {
+		if seen[v.Instruction] {
+			t.Fatalf("two training variants read %q: one task, counted twice", v.Instruction)
+		}
 		seen[v.Instruction] = true
 		for i := range HeldOutTemplates {
 			if strings.Contains(v.Instruction, heldOutCore(i)) {
