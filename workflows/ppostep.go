@@ -28,6 +28,7 @@ type StepRecord struct {
 	Rerouted            int     `json:"rerouted"`
 	RerouteTrajectories int     `json:"reroute_trajectories"`
 	RewardMean          float64 `json:"reward_mean"`
+	ResolvedRate        float64 `json:"resolved_rate"` // share of the trained rollouts whose every assertion passed
 	MeanTurns           float64 `json:"mean_turns"`
 	Checkpoint          string  `json:"checkpoint,omitempty"`
 }
@@ -64,6 +65,7 @@ type collected struct {
 	aborted, failed, stale int
 	rerouted, rerouteTrajs int
 	reward, turns          float64
+	resolved               int
 }
 
 // collect runs one rollout per task and keeps the trajectories sampled by the
@@ -105,6 +107,9 @@ func (c *collected) add(r RolloutResult, version string, temperature float64) {
 	default:
 		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
 		c.reward += r.Reward
+		if r.Resolved {
+			c.resolved++
+		}
 		c.rerouted += r.Rerouted
 		if r.Rerouted > 0 {
 			c.rerouteTrajs++
@@ -146,6 +151,7 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 			in.Step, excluded, col.rollouts, col.aborted, col.failed, col.stale, in.MaxFailedShare), errs.PartialBatch, nil)
 	}
 	rec.RewardMean = col.reward / float64(len(col.batch))
+	rec.ResolvedRate = float64(col.resolved) / float64(len(col.batch))
 	rec.MeanTurns = col.turns / float64(len(col.batch))
 	gctx := gpuActivityCtx(ctx, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)))
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
