@@ -73,6 +73,7 @@ func (h Hello) Variants() (train, heldOut []Variant) {
 			text := fill(helloPrefixes[r.Intn(len(helloPrefixes))], num) +
 				fmt.Sprintf(helloTemplates[t], Word, OutFile) +
 				fill(helloSuffixes[r.Intn(len(helloSuffixes))], num)
+			text += " Ref: " + refCode(r, InstructionLen-len(text)-len(" Ref: "))
 			if seen[text] {
 				continue
 			}
@@ -82,6 +83,23 @@ func (h Hello) Variants() (train, heldOut []Variant) {
 		return out
 	}
 	return gen("train", h.Train, trainT), gen("heldout", h.HeldOut, heldT)
+}
+
+// InstructionLen is every variant's instruction length: a reference code
+// pads it. Equal lengths put the answer at the same positions in every
+// prompt, which the reference model (learned absolute position embeddings,
+// 3M parameters) picks up in tens of SFT steps; with lengths that vary by
+// 60 characters, 80 steps left its answers garbled (docs/learning.md).
+const InstructionLen = 96
+
+const refAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
+
+func refCode(r *rand.Rand, n int) string {
+	b := make([]byte, max(n, 1))
+	for i := range b {
+		b[i] = refAlphabet[r.Intn(len(refAlphabet))]
+	}
+	return string(b)
 }
 
 func fill(s string, n int) string {

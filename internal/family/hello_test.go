@@ -27,6 +27,11 @@ func TestHelloHeldOutNeverTrained(t *testing.T) {
 			}
 		}
 	}
+	for _, v := range append(tr, ho...) {
+		if len(v.Instruction) != InstructionLen {
+			t.Fatalf("%q has %d characters, not %d: the answer would move in the prompt", v.Instruction, len(v.Instruction), InstructionLen)
+		}
+	}
 	for _, v := range ho {
 		if seen[v.Instruction] {
 			t.Fatalf("held-out variant %q is also a training variant", v.Instruction)
