@@ -54,7 +54,7 @@ demo: deps dev
 # the reference trainer and inference processes.
 test: deps
 	go vet ./...
-	cd gpu/reference && T1FLOW_INTEGRATION=1 $(PYTHON) -m pytest -q -p no:cacheprovider tests
+	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
 	T1FLOW_INTEGRATION=1 go test -count=1 -timeout 40m ./...
 
 unit:
