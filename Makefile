@@ -6,7 +6,7 @@ WORKFLOWCHECK_VERSION ?= v0.6.0
 VERSITYGW_VERSION ?= v1.8.0
 PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 
-.PHONY: all build deps docker temporal base-image python s3server dev stop worker demo test unit bench lint
+.PHONY: all build deps docker temporal base-image python s3server dev stop worker demo test unit bench bench-audit bench-verify lint
 
 all: build
 
@@ -62,6 +62,13 @@ unit:
 
 bench: deps
 	go run ./bench -out docs/bench.md
+
+bench-audit: deps
+	go run ./bench -audit-only -out docs/bench.md
+
+# Only the sealed-verification figures (docs/bench.md's "Sealed verification").
+bench-verify: deps
+	go run ./bench -only verify -out docs/bench.md
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

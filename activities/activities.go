@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -34,6 +35,7 @@ type Activities struct {
 	EpisodeDir string
 
 	eps     episodes
+	disk    diskWatches
 	poolsMu sync.Mutex
 	pools   map[string]*inference.Pool
 }
@@ -63,12 +65,16 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 	if err != nil {
 		return CreateSandboxResult{}, err
 	}
+	// Every sandbox gets the sealed verifier toolchain (built once per host).
+	if _, err := a.Docker.EnsureToolchain(ctx); err != nil {
+		return CreateSandboxResult{}, errs.Infraf("sealed verifier toolchain: %v", err)
+	}
 	img, built, err := a.Docker.EnsureTaskImage(ctx, t, func(line string) { heartbeat.Record(ctx, "build: "+line) })
 	if err != nil {
 		return CreateSandboxResult{}, err
 	}
 	name := sandbox.ContainerName(in.RolloutID, in.SandboxAttempt)
-	id, err := a.Docker.Start(ctx, name, img, sandbox.TaskLimits(t.Config), map[string]string{
+	id, err := a.Docker.Start(ctx, name, img, sandbox.TaskLimits(t.Config), sandbox.TaskEnv(t.Config), map[string]string{
 		sandbox.LabelRollout:  in.RolloutID,
 		sandbox.LabelTask:     t.ID,
 		sandbox.LabelCampaign: in.CampaignID,
@@ -96,7 +102,36 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 // AgentTurn runs one turn of the agent in the sandbox.
 func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
 	res := TurnResult{Turn: in.Turn}
+	if stop, err := a.storageStop(ctx, in.Sandbox.ContainerID, &res); stop || err != nil {
+		return res, err
+	}
+	res, err := a.agentTurn(ctx, in)
+	if a.diskExceeded(in.Sandbox.ContainerID) != nil {
+		// Stopped mid-turn for writing past storage_mb: the agent phase ends
+		// here, and verification still runs.
+		res.Turn, res.EndReason, res.Final = in.Turn, EndStorageLimit, true
+		return res, nil
+	}
+	return res, err
+}
+
+// storageStop starts the sandbox's disk watch if it needs one, and ends the
+// agent phase if the watch has already stopped the sandbox.
+func (a *Activities) storageStop(ctx context.Context, id string, res *TurnResult) (bool, error) {
+	if err := a.watchDisk(ctx, id); err != nil {
+		return false, sandboxErr(err, "inspect sandbox %s", id)
+	}
+	if a.diskExceeded(id) != nil {
+		res.Done, res.EndReason = true, EndStorageLimit
+		return true, nil
+	}
+	return false, nil
+}
+
+func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	res := TurnResult{Turn: in.Turn}
 	cmd := in.Agent.NextCommand(in.Turn)
+	var env []string
 	switch in.Agent.Kind {
 	case AgentNop:
 		res.Done = true
@@ -123,6 +158,7 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 			}
 		}
 		res.Final = true
+		env = solutionEnv(t.Config.SolutionEnv)
 	case AgentPolicy, AgentChat:
 		return a.modelTurn(ctx, in)
 	case AgentScripted:
@@ -137,6 +173,7 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	res.Command = cmd
 	er, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, cmd, sandbox.ExecOptions{
 		Timeout:  time.Duration(in.TimeoutSec * float64(time.Second)),
+		Env:      env,
 		Progress: func() { heartbeat.Record(ctx, fmt.Sprintf("turn %d running", in.Turn)) },
 	})
 	if err != nil {
@@ -159,6 +196,16 @@ func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	return res, nil
 }
 
+// solutionEnv is task.toml's solution.env for the oracle's solve.sh.
+func solutionEnv(m map[string]string) []string {
+	env := make([]string, 0, len(m))
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
 // sandboxErr classifies a Docker failure: a vanished container needs a fresh
 // sandbox; anything else is retried on this one.
 func sandboxErr(err error, format string, args ...any) error {
@@ -174,6 +221,7 @@ func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error 
 	if err := a.Docker.Remove(ctx, in.Sandbox.ContainerID); err != nil {
 		return err
 	}
+	a.forgetDisk(in.Sandbox.ContainerID)
 	if in.RolloutID != "" {
 		a.forgetEpisodeOf(in.RolloutID, in.Sandbox.Name)
 	}

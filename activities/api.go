@@ -9,6 +9,7 @@ import (
 	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/sandbox"
 )
 
 // Sandbox identifies one container and the host queue that owns it.
@@ -134,6 +135,7 @@ const PreviewBytes = 512
 const (
 	EndTaskComplete     = "task_complete"     // asked twice, as the harness requires
 	EndContextExhausted = "context_exhausted" // the next turn would overflow the model's context
+	EndStorageLimit     = "storage_limit"     // the sandbox wrote past environment.storage_mb and was stopped
 )
 
 // TurnResult is what one turn did. Done means the agent had nothing to run.
@@ -188,6 +190,28 @@ type VerifyResult struct {
 	ExitCode   int         `json:"exit_code"`
 	DurationMs int64       `json:"duration_ms"`
 	Preview    string      `json:"preview,omitempty"`
+	// Tampered lists what the agent changed that verification depends on
+	// (docs/verification.md); when set, the tests did not run and the
+	// rollout is `tampered`, reward 0.
+	Tampered []sandbox.TamperFinding `json:"tampered,omitempty"`
+	// StorageLimit: the sandbox was stopped for writing past storage_mb
+	// (and restarted for verification).
+	StorageLimit bool `json:"storage_limit,omitempty"`
+	// DroppedEnv are image or verifier.env variables the sealed verifier
+	// left out (they could redirect its shell, interpreter or loader).
+	DroppedEnv []string `json:"dropped_env,omitempty"`
+	// Artifacts are task.toml's artifacts and /logs/artifacts, each a tar in
+	// the artifact store.
+	Artifacts []CollectedArtifact `json:"artifacts,omitempty"`
+}
+
+// CollectedArtifact is one artifacts entry copied out of the sandbox after
+// verification: a claim check on its tar, or why there is none.
+type CollectedArtifact struct {
+	Source      string     `json:"source"`
+	Destination string     `json:"destination"`
+	Ref         *store.Ref `json:"ref,omitempty"`
+	Missing     string     `json:"missing,omitempty"`
 }
 
 // DestroyInput removes a sandbox.

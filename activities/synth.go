@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/audit"
@@ -82,6 +83,9 @@ func (a *Activities) Synthesize(ctx context.Context, in SynthesizeInput) (Synthe
 	if err := in.Synth.Validate(); err != nil {
 		return SynthesizeResult{}, errs.BadInputf("%v", err)
 	}
+	// Heartbeats while proposing (a model call may take minutes) and applying,
+	// so a worker that dies mid-call is found within the heartbeat timeout.
+	defer heartbeat.Every(ctx, 5*time.Second, nil)()
 	parent, err := a.fetchTask(ctx, in.Parent)
 	if err != nil {
 		return SynthesizeResult{}, err

@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"context"
 	"encoding/json"
 	"encoding/xml"
 	"errors"
@@ -10,89 +9,12 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"time"
 
-	"github.com/t1flow/t1flow/internal/errs"
-	"github.com/t1flow/t1flow/internal/heartbeat"
-	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/text"
-	"github.com/t1flow/t1flow/sandbox"
 )
 
 // VerifierDir is where tests/test.sh writes its results.
 const VerifierDir = "/logs/verifier"
-
-// prepareVerifier stops every process left from the agent phase (so nothing
-// the agent started can write results during verification), then removes
-// whatever the agent put where tests and results go. It runs as a plain bash
-// (not under timeout), so kill -9 -1 spares only it and PID 1.
-const prepareVerifier = `kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; ` +
-	`rm -rf /tests ` + VerifierDir + ` && mkdir -p ` + VerifierDir + ` /tests`
-
-// Verify copies the held-out tests into the sandbox after the agent phase,
-// runs tests/test.sh under the verifier timeout, and reads per-assertion
-// outcomes. A verifier that crashes, times out or writes nothing is a
-// VerifierError, never a reward of 0.
-func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
-	t, err := a.fetchTask(ctx, in.Task)
-	if err != nil {
-		return VerifyResult{}, err
-	}
-	id := in.Sandbox.ContainerID
-	if _, err := a.Docker.ExecRaw(ctx, id, prepareVerifier, "root"); err != nil {
-		return VerifyResult{}, sandboxErr(err, "prepare verifier in %s", in.Sandbox.Name)
-	}
-	tests, err := task.TarBytes(t.Dir, "tests", "tests/")
-	if err != nil {
-		return VerifyResult{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
-	}
-	if err := a.Docker.CopyIn(ctx, id, "/", tests); err != nil {
-		return VerifyResult{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
-	}
-	timeout := in.TimeoutSec
-	if timeout <= 0 {
-		timeout = t.Config.VerifierTimeoutSec
-	}
-	var env []string
-	for k, v := range t.Config.VerifierEnv {
-		env = append(env, k+"="+v)
-	}
-	sort.Strings(env)
-	er, err := a.Docker.Exec(ctx, id, "bash /tests/test.sh", sandbox.ExecOptions{
-		Timeout:  time.Duration(timeout * float64(time.Second)),
-		User:     "root",
-		Env:      env,
-		HeadCap:  4 << 10,
-		TailCap:  4 << 10,
-		Progress: func() { heartbeat.Record(ctx, "verifying") },
-	})
-	if err != nil {
-		return VerifyResult{}, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
-	}
-	preview := er.Output
-	if len(preview) > 2*PreviewBytes {
-		preview = preview[len(preview)-2*PreviewBytes:]
-	}
-	if er.TimedOut {
-		return VerifyResult{}, errs.Verifierf("tests/test.sh timed out after %.0fs (verifier.timeout_sec); output tail:\n%s", timeout, preview)
-	}
-	results, err := a.Docker.CopyOut(ctx, id, VerifierDir)
-	if err != nil {
-		return VerifyResult{}, sandboxErr(err, "read %s from %s", VerifierDir, in.Sandbox.Name)
-	}
-	files, err := sandbox.UntarFiles(results, 4<<20)
-	if err != nil {
-		return VerifyResult{}, errs.Verifierf("read %s: %v", VerifierDir, err)
-	}
-	vr, err := ParseResults(files)
-	if err != nil {
-		return VerifyResult{}, errs.Verifierf("tests/test.sh exited %d: %v; output tail:\n%s", er.ExitCode, err, preview)
-	}
-	vr.ExitCode = er.ExitCode
-	vr.DurationMs = er.Duration.Milliseconds()
-	vr.Preview = preview
-	return vr, nil
-}
 
 // ParseResults turns the verifier's result files into assertions. Preference:
 // CTRF JSON, then JUnit XML, then Harbor's reward.json or reward.txt (one

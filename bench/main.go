@@ -39,8 +39,26 @@ func main() {
 	out := flag.String("out", "docs/bench.md", "where to write the results")
 	n := flag.Int("n", 15, "lifecycle repetitions")
 	turns := flag.Int("turns", 30, "turns per rollout in the turn-loop benchmark")
+	only := flag.String("only", "", "\"verify\" or \"audit\": run only that benchmark and rewrite just its section of -out")
+	auditOnly := flag.Bool("audit-only", false, "the same as -only audit")
+	verifyN := flag.Int("verify-n", 3, "oracle sandboxes per task and path in the verification benchmark")
+	flag.StringVar(&verifyTasks, "verify-tasks", "", "comma-separated task names: verify only these (default: every examples/tasks and examples/tb2 task)")
 	flag.Parse()
-	if err := run(*out, *n, *turns); err != nil {
+	if *auditOnly {
+		*only = "audit"
+	}
+	var err error
+	switch *only {
+	case "":
+		err = run(*out, *n, *turns, *verifyN)
+	case "verify":
+		err = runVerifyOnly(*out, *verifyN)
+	case "audit":
+		err = runAuditOnly(*out)
+	default:
+		err = fmt.Errorf("-only %q: the benchmarks that run alone are \"verify\" and \"audit\"", *only)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -67,41 +85,67 @@ type env struct {
 	acts  *activities.Activities
 }
 
-func setup(ctx context.Context) (*env, error) {
-	e := &env{state: testenv.StateDir()}
+// setup builds the shared environment; cleanup (always safe to call)
+// removes its temporary directory.
+func setup(ctx context.Context) (e *env, cleanup func(), err error) {
+	e = &env{state: testenv.StateDir()}
+	cleanup = func() {
+		if e.tmp != "" {
+			os.RemoveAll(e.tmp)
+		}
+	}
+	return e, cleanup, e.build(ctx)
+}
+
+func (e *env) build(ctx context.Context) error {
 	var err error
 	if e.d, err = sandbox.NewDocker(ctx, e.state); err != nil {
-		return nil, err
+		return err
 	}
 	if _, err := e.d.EnsureBaseImage(ctx); err != nil {
-		return nil, err
+		return err
 	}
 	if e.tmp, err = os.MkdirTemp("", "t1flow-bench-"); err != nil {
-		return nil, err
+		return err
 	}
 	if e.st, err = store.NewLocal(filepath.Join(e.tmp, "store")); err != nil {
-		return e, err
+		return err
 	}
 	if e.tk, err = task.Load(filepath.Join(testenv.RepoRoot(), "examples/tasks/log-level-counter")); err != nil {
-		return e, err
+		return err
 	}
 	if e.ref, err = task.Bundle(ctx, e.st, e.tk); err != nil {
-		return e, err
+		return err
 	}
 	if e.img, _, err = e.d.EnsureTaskImage(ctx, e.tk, nil); err != nil {
-		return e, err
+		return err
 	}
 	host := fmt.Sprintf("bench-%d", os.Getpid())
 	e.acts = &activities.Activities{Docker: e.d, Store: e.st, Host: host, TaskCache: filepath.Join(e.tmp, "cache"), EpisodeDir: filepath.Join(e.tmp, "episodes")}
-	return e, nil
+	return nil
 }
 
-func run(out string, n, turns int) error {
+// runVerifyOnly measures sealed verification alone and splices its section
+// into out, leaving the other figures as they were.
+func runVerifyOnly(out string, n int) error {
 	ctx := context.Background()
-	e, err := setup(ctx)
-	if e != nil && e.tmp != "" {
-		defer os.RemoveAll(e.tmp)
+	e, cleanup, err := setup(ctx)
+	defer cleanup()
+	if err != nil {
+		return err
 	}
+	sec, err := benchVerify(ctx, e, n)
+	if err != nil {
+		return err
+	}
+	fmt.Print(sec)
+	return spliceSection(out, verifySection, sec)
+}
+
+func run(out string, n, turns, verifyN int) error {
+	ctx := context.Background()
+	e, cleanup, err := setup(ctx)
+	defer cleanup()
 	if err != nil {
 		return err
 	}
@@ -109,18 +153,11 @@ func run(out string, n, turns int) error {
 	if err != nil {
 		return err
 	}
-	dev, err := startDevServer(ctx, e.state)
+	c, stop, err := e.serve(ctx)
 	if err != nil {
 		return err
 	}
-	defer dev.Stop()
-	c := dev.Client()
-	e.acts.Temporal = c
-	ws := roles.New(c, roles.All, e.acts)
-	if err := roles.Start(ws); err != nil {
-		return err
-	}
-	defer roles.Stop(ws)
+	defer stop()
 	perTurnOurs, err := benchTurnLoop(ctx, c, e.ref, turns)
 	if err != nil {
 		return err
@@ -133,11 +170,19 @@ func run(out string, n, turns int) error {
 	if err != nil {
 		return err
 	}
+	aud, err := benchAudit(ctx, c, e.st)
+	if err != nil {
+		return err
+	}
 	camp, err := benchCampaign(ctx, c, e.st, filepath.Join(e.tmp, "campaign"), e.ref)
 	if err != nil {
 		return err
 	}
 	perTurnBare, err := benchBareTurns(e.img, turns)
+	if err != nil {
+		return err
+	}
+	verify, err := benchVerify(ctx, e, verifyN)
 	if err != nil {
 		return err
 	}
@@ -151,7 +196,9 @@ func run(out string, n, turns int) error {
 	writeSandboxNotes(&b, perTurnOurs, perTurnBare)
 	b.WriteString(harness)
 	b.WriteString(rst)
+	b.WriteString(aud)
 	b.WriteString(camp)
+	b.WriteString(verify)
 
 	// The GPU side: the reference trainer and inference server, measured by
 	// their own benchmark in the same run.
@@ -199,6 +246,23 @@ func benchLifecycle(ctx context.Context, e *env, n int) (time.Duration, time.Dur
 
 // startDevServer starts the pinned Temporal dev server on a free port, with
 // eager activity execution and our search attributes.
+// serve starts a dev server and a worker with every role over e's
+// activities; stop ends both.
+func (e *env) serve(ctx context.Context) (c client.Client, stop func(), err error) {
+	dev, err := startDevServer(ctx, e.state)
+	if err != nil {
+		return nil, nil, err
+	}
+	c = dev.Client()
+	e.acts.Temporal = c
+	ws := roles.New(c, roles.All, e.acts)
+	if err := roles.Start(ws); err != nil {
+		dev.Stop()
+		return nil, nil, err
+	}
+	return c, func() { roles.Stop(ws); dev.Stop() }, nil
+}
+
 func startDevServer(ctx context.Context, state string) (*testsuite.DevServer, error) {
 	bin := os.Getenv("T1FLOW_TEMPORAL_BIN")
 	if bin == "" {

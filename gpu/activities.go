@@ -29,6 +29,9 @@ type Activities struct {
 	Inference *inference.Client
 	Store     store.Store
 	WorkDir   string // local scratch: batches/ and checkpoints/
+	// Running reports whether a campaign's workflow still runs (for the
+	// trainer's lease, lease.go); nil: a holder is taken to run.
+	Running func(ctx context.Context, campaign string) (bool, error)
 }
 
 // TrainerSFT runs supervised fine-tuning on masked trajectories.
@@ -49,6 +52,9 @@ func (a *Activities) TrainerPPOStep(ctx context.Context, in TrainInput) (Metrics
 func (a *Activities) train(ctx context.Context, op string, in TrainInput) (Metrics, error) {
 	if in.Key == "" || len(in.Trajectories) == 0 {
 		return nil, errs.BadInputf("%s: key and trajectories are required", op)
+	}
+	if err := a.checkLease(in.Key); err != nil {
+		return nil, err
 	}
 	dir, err := a.materialize(ctx, in)
 	if err != nil {

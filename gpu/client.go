@@ -66,6 +66,13 @@ func (c *Client) Load(ctx context.Context, dir string) (Health, error) {
 	return h, err
 }
 
+// Init replaces the trainer's weights with fresh random ones from seed (version 0).
+func (c *Client) Init(ctx context.Context, seed int) (Health, error) {
+	var h Health
+	err := c.do(ctx, http.MethodPost, "/init", map[string]int{"seed": seed}, &h)
+	return h, err
+}
+
 // Cancel asks the trainer to abandon the operation with this key.
 func (c *Client) Cancel(ctx context.Context, key string) error {
 	return c.do(ctx, http.MethodPost, "/cancel", map[string]string{"key": key}, nil)

@@ -294,7 +294,9 @@ func TestTrainerActivityHeartbeatsProgress(t *testing.T) {
 	if err := val.Get(&m); err != nil {
 		t.Fatal(err)
 	}
-	if len(beats) == 0 || *beats[len(beats)-1].Op != "critic_fit" || beats[len(beats)-1].Total != 12 {
+	// Progress counts optimizer steps: 12 epochs × 2 minibatches (the default
+	// 4 minibatches, capped at one trajectory each for this 2-trajectory batch).
+	if len(beats) == 0 || *beats[len(beats)-1].Op != "critic_fit" || beats[len(beats)-1].Total != 24 {
 		t.Fatalf("heartbeats did not carry the trainer's progress: %+v", beats)
 	}
 }

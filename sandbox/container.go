@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sort"
 	"strings"
 	"time"
 
@@ -24,6 +25,9 @@ const (
 	LabelCreated  = "t1flow.created"
 	LabelWorkflow = "t1flow.workflow"
 	LabelHost     = "t1flow.host"
+	// LabelDiskWatch holds storage_mb when the daemon cannot enforce it and
+	// the sandbox host polls the writable layer instead (DiskWatch).
+	LabelDiskWatch = "t1flow.disk-watch-mb"
 )
 
 // keepalive is PID 1 of every sandbox: bash ignores signals sent from inside
@@ -44,11 +48,14 @@ type Limits struct {
 	MemoryMB int64   // also the memory+swap limit: no swap
 	Pids     int64
 	Internet bool // a bridge network; otherwise none at all
+	// StorageMB bounds the writable layer (0: unbounded): a daemon size
+	// limit where it can enforce one, else DiskWatch (docs/verification.md).
+	StorageMB int64
 }
 
 // TaskLimits are the limits a task's task.toml asks for.
 func TaskLimits(c task.Config) Limits {
-	return Limits{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Pids: c.Pids, Internet: c.AllowInternet}
+	return Limits{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Pids: c.Pids, Internet: c.AllowInternet, StorageMB: c.StorageMB}
 }
 
 // ContainerName is the sandbox's name: the same across retries of one
@@ -61,9 +68,20 @@ func ContainerName(rolloutID string, sandboxAttempt int) string {
 	return fmt.Sprintf("%s-s%d", n, sandboxAttempt)
 }
 
+// TaskEnv is the task's [environment.env] as KEY=VALUE, set in the sandbox
+// for every phase (the sealed verifier filters it like the image's ENV).
+func TaskEnv(c task.Config) []string {
+	env := make([]string, 0, len(c.Env))
+	for k, v := range c.Env {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
 // Start creates and starts a container, or adopts a running one of the same
-// name, rollout label and image.
-func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, labels map[string]string) (string, error) {
+// name, rollout label and image. env adds to the image's environment.
+func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []string, labels map[string]string) (string, error) {
 	if ins, err := d.Client.ContainerInspect(ctx, name); err == nil {
 		if ins.State != nil && ins.State.Running && ins.Config.Labels[LabelRollout] == labels[LabelRollout] && ins.Config.Image == img {
 			return ins.ID, nil
@@ -78,12 +96,17 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, labels
 	for k, v := range labels {
 		all[k] = v
 	}
+	hc := hostConfig(lim)
+	if err := d.sealAndBound(ctx, img, lim, hc, all); err != nil {
+		return "", err
+	}
 	resp, err := d.Client.ContainerCreate(ctx, &container.Config{
 		Image:    img,
+		Env:      env,
 		Cmd:      keepalive,
 		Labels:   all,
 		Hostname: "sandbox",
-	}, hostConfig(lim), nil, nil, name)
+	}, hc, nil, nil, name)
 	if err != nil {
 		if errdefs.IsConflict(err) {
 			return "", errs.Infraf("sandbox %s is being created by another attempt: %v", name, err)
@@ -98,6 +121,29 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, labels
 		return "", errs.Infraf("docker start %s: %v", name, err)
 	}
 	return resp.ID, nil
+}
+
+// sealAndBound adds the sealed verifier toolchain's read-only mount (when
+// EnsureToolchain has run) and the storage limit: a daemon-enforced size, or
+// a label that tells the sandbox host to watch the writable layer.
+func (d *Docker) sealAndBound(ctx context.Context, img string, lim Limits, hc *container.HostConfig, labels map[string]string) error {
+	if tc := d.toolchain.Load(); tc != nil {
+		hc.Mounts = append(hc.Mounts, tc.Mount())
+	}
+	if lim.StorageMB <= 0 {
+		return nil
+	}
+	plan, err := DiskLimit(ctx, d.Client, img, lim.StorageMB)
+	if err != nil {
+		return errs.Infraf("storage limit for %s: %v", img, err)
+	}
+	if plan.StorageOpt != nil {
+		hc.StorageOpt = plan.StorageOpt
+	}
+	if plan.Watch {
+		labels[LabelDiskWatch] = fmt.Sprint(lim.StorageMB)
+	}
+	return nil
 }
 
 // hostConfig confines a sandbox: its limits, no network unless allowed, and

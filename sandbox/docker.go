@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/BurntSushi/toml"
@@ -35,6 +36,9 @@ type Docker struct {
 	// a tag once present means the same image (a sandbox create that finds it
 	// gone forgets it).
 	present sync.Map
+	// toolchain is the sealed verifier toolchain every sandbox gets mounted
+	// (EnsureToolchain); nil until it is ready.
+	toolchain atomic.Pointer[Toolchain]
 }
 
 // NewDocker connects to the daemon named by DOCKER_HOST (or the default

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"github.com/docker/docker/api/types/container"
@@ -20,6 +21,9 @@ type ExecOptions struct {
 	HeadCap  int
 	TailCap  int
 	Progress func() // called every few seconds while the command runs
+	// Stdout, when set, receives the command's standard output, and Output
+	// holds only its standard error.
+	Stdout io.Writer
 }
 
 // ExecResult is what a command did.
@@ -56,6 +60,16 @@ func (d *Docker) ExecRaw(ctx context.Context, id, script, user string) (ExecResu
 	return d.exec(ctx, id, []string{"bash", "-c", script}, ExecOptions{User: user, Timeout: time.Minute})
 }
 
+// ExecArgv runs argv as it is: no bash and no timeout from the container, for
+// the sealed verifier (the container's own timeout and bash are the agent's to
+// replace). Only the Go-side backstop bounds it, at o.Timeout + 15 s.
+func (d *Docker) ExecArgv(ctx context.Context, id string, argv []string, o ExecOptions) (ExecResult, error) {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Minute
+	}
+	return d.exec(ctx, id, argv, o)
+}
+
 func (d *Docker) exec(ctx context.Context, id string, cmd []string, o ExecOptions) (ExecResult, error) {
 	if o.HeadCap == 0 && o.TailCap == 0 {
 		o.HeadCap, o.TailCap = 8<<10, 8<<10
@@ -76,9 +90,13 @@ func (d *Docker) exec(ctx context.Context, id string, cmd []string, o ExecOption
 	}
 	defer hj.Close()
 	buf := NewCappedBuffer(o.HeadCap, o.TailCap)
+	var stdout io.Writer = buf
+	if o.Stdout != nil {
+		stdout = o.Stdout
+	}
 	done := make(chan error, 1)
 	go func() {
-		_, err := stdcopy.StdCopy(buf, buf, hj.Reader)
+		_, err := stdcopy.StdCopy(stdout, buf, hj.Reader)
 		done <- err
 	}()
 	// The Go-side deadline is a backstop behind the in-container timeout.

@@ -101,6 +101,14 @@ func TaskImageTag(taskID, fromHash string) string {
 // lines pointed at local images. A Dockerfile step that fails is the task's
 // fault (TaskInvalid); a daemon that fails is infrastructure.
 func (d *Docker) EnsureTaskImage(ctx context.Context, t *task.Task, progress func(string)) (string, bool, error) {
+	if img := t.Config.DockerImage; img != "" {
+		// task.toml's prebuilt image, when the host has it: never pulled.
+		if ok, err := d.imageExists(ctx, img); err != nil {
+			return "", false, errs.Infraf("docker image inspect %s: %v", img, err)
+		} else if ok {
+			return img, false, nil
+		}
+	}
 	base, err := d.EnsureBaseImage(ctx)
 	if err != nil {
 		return "", false, errs.Infraf("base image: %v", err)

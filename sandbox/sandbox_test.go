@@ -25,13 +25,13 @@ func sandboxFor(t *testing.T, d *sandbox.Docker, dir string) (*task.Task, string
 		t.Fatal(err)
 	}
 	name := sandbox.ContainerName(testenv.HostName("unit")+"."+tk.ID, 1)
-	id, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), map[string]string{sandbox.LabelRollout: "unit-" + tk.ID, sandbox.LabelCampaign: "unit"})
+	id, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), sandbox.TaskEnv(tk.Config), map[string]string{sandbox.LabelRollout: "unit-" + tk.ID, sandbox.LabelCampaign: "unit"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Remove(context.Background(), id) })
 	// A retried creation adopts the running container instead of leaking another.
-	again, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), map[string]string{sandbox.LabelRollout: "unit-" + tk.ID, sandbox.LabelCampaign: "unit"})
+	again, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), sandbox.TaskEnv(tk.Config), map[string]string{sandbox.LabelRollout: "unit-" + tk.ID, sandbox.LabelCampaign: "unit"})
 	if err != nil || again != id {
 		t.Fatalf("second Start: %s, %v; want the same container %s", again, err, id)
 	}
@@ -53,7 +53,8 @@ func TestSandboxIsolationAndLimits(t *testing.T) {
 	if hc.Memory != tk.Config.MemoryMB<<20 || hc.PidsLimit == nil || *hc.PidsLimit != tk.Config.Pids || hc.NanoCPUs != int64(tk.Config.CPUs*1e9) {
 		t.Errorf("limits: memory %d pids %v cpus %d", hc.Memory, hc.PidsLimit, hc.NanoCPUs)
 	}
-	if len(hc.Binds) != 0 || len(hc.Mounts) != 0 || hc.Privileged {
+	// The one host path allowed in: the sealed verifier toolchain, read-only.
+	if len(hc.Binds) != 0 || len(hc.Mounts) != 1 || hc.Mounts[0].Target != sandbox.ToolchainMount || !hc.Mounts[0].ReadOnly || hc.Privileged {
 		t.Errorf("host paths or privilege inside the sandbox: %v %v %v", hc.Binds, hc.Mounts, hc.Privileged)
 	}
 	if !strings.Contains(strings.Join(hc.SecurityOpt, ","), "no-new-privileges") {

@@ -15,14 +15,16 @@ import (
 	"github.com/docker/docker/client"
 )
 
-// The tamper check compares the sandbox with its image (docker diff) after
-// the agent phase and before verification, and flags changes that could
-// still influence the sealed verifier. Since the verifier's shell, coreutils,
-// curl, Python, pytest, uv and their loader and libraries come from the
-// read-only toolchain, changes to the container's own copies (apt-get and
-// pip installs, upgraded coreutils, a new python in /usr/local/bin, edited
-// site-packages, .pth files) are not flagged: oracle solutions make them
-// legitimately and the verifier never runs them. What is flagged:
+// The tamper check compares the sandbox with its image (Changes: its overlay2
+// upper directory, or docker diff) after the agent phase, once the agent's
+// processes are stopped and before anything of the verifier's enters, and
+// flags changes that could still influence the sealed verifier. Since the
+// verifier's shell, coreutils, curl, Python, pytest, uv and their loader and
+// libraries come from the read-only toolchain, changes to the container's
+// own copies (apt-get and pip installs, upgraded coreutils, a new python in
+// /usr/local/bin, edited site-packages, .pth files) are not flagged: oracle
+// solutions make them legitimately and the verifier never runs them. What is
+// flagged:
 //
 //   - /etc/ld.so.preload: loaded into every container binary a test runs
 //     (git, jq, the agent's own program), which could then lie to the test;
@@ -114,16 +116,23 @@ func tamperKind(k container.ChangeType) string {
 	return "changed"
 }
 
-// TamperCheck runs docker diff on the sandbox and flags every change that
-// could still influence the sealed verifier (see TamperDiff), plus symlinks
-// where tests and results go and an nsswitch.conf that would make the
-// toolchain's loader load a module from the container. Call it after the
-// agent phase, before the prepare step; any finding makes the rollout
-// tampered, with the findings as evidence. It executes nothing in the sandbox.
-func TamperCheck(ctx context.Context, cli *client.Client, containerID, workDir string) ([]TamperFinding, error) {
-	changes, err := cli.ContainerDiff(ctx, containerID)
+// TamperCheck compares the sandbox with its image (Changes: its overlay2
+// upper directory, or docker diff) and flags every change that could still
+// influence the sealed verifier (see TamperDiff, with the image's working
+// directory), plus symlinks where tests and results go and an nsswitch.conf
+// that would make the toolchain's loader load a module from the container.
+// ins is the sandbox's ContainerInspect. Call it after the agent phase, once
+// every agent process is stopped (ToolchainKillCmd) and before anything of
+// the verifier's enters; any finding makes the rollout tampered, with the
+// findings as evidence. It executes nothing in the sandbox.
+func TamperCheck(ctx context.Context, cli *client.Client, ins container.InspectResponse) ([]TamperFinding, error) {
+	changes, _, err := Changes(ctx, cli, ins)
 	if err != nil {
 		return nil, err
+	}
+	containerID, workDir := ins.ID, ""
+	if ins.Config != nil {
+		workDir = ins.Config.WorkingDir
 	}
 	out := TamperDiff(changes, workDir)
 	changed := map[string]bool{}
@@ -136,7 +145,7 @@ func TamperCheck(ctx context.Context, cli *client.Client, containerID, workDir s
 		}
 		st, err := cli.ContainerStatPath(ctx, containerID, p)
 		if err != nil {
-			continue // removed: the prepare step recreates it
+			continue // removed: ToolchainRunCmd makes it again
 		}
 		if st.Mode&os.ModeSymlink != 0 {
 			out = append(out, TamperFinding{p, "symlink", "points at " + st.LinkTarget + ": tests and results must land where the verifier puts them"})

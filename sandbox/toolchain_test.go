@@ -100,10 +100,14 @@ func TestToolchainVerifyCmdIsClean(t *testing.T) {
 	if len(dropped) != 8 {
 		t.Errorf("dropped %v", dropped)
 	}
-	for _, c := range sandbox.ToolchainPrepareCmd("/logs/verifier") {
+	run := sandbox.ToolchainRunCmd("/logs/verifier", sandbox.ToolchainStage(), "/app", cmd)
+	for i, c := range append(sandbox.ToolchainKillCmd(), run[:len(run)-len(cmd)-1]...) {
 		if strings.HasPrefix(c, "/") && !strings.HasPrefix(c, m+"/") {
-			t.Errorf("the prepare step runs %s from the container", c)
+			t.Errorf("the kill or prepare step runs %s from the container (argument %d)", c, i)
 		}
+	}
+	if a, b := sandbox.ToolchainStage(), sandbox.ToolchainStage(); a == b || !strings.HasPrefix(a, "/.t1flow-tests-") {
+		t.Errorf("stages %s %s", a, b)
 	}
 }
 
@@ -255,6 +259,14 @@ func (r *rig) sandbox(img string) string {
 
 func (r *rig) exec(id string, cmd []string, env []string, wd string) (int, string) {
 	r.t.Helper()
+	var out bytes.Buffer
+	code := r.execTo(id, cmd, env, wd, &out, &out)
+	return code, out.String()
+}
+
+// execTo runs cmd with its stdout and stderr to the writers given.
+func (r *rig) execTo(id string, cmd []string, env []string, wd string, stdout, stderr io.Writer) int {
+	r.t.Helper()
 	ctx := context.Background()
 	ex, err := r.cli.ContainerExecCreate(ctx, id, container.ExecOptions{Cmd: cmd, Env: env, WorkingDir: wd, User: "root", AttachStdout: true, AttachStderr: true})
 	if err != nil {
@@ -264,14 +276,13 @@ func (r *rig) exec(id string, cmd []string, env []string, wd string) (int, strin
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	var out bytes.Buffer
-	stdcopy.StdCopy(&out, &out, hj.Reader)
+	stdcopy.StdCopy(stdout, stderr, hj.Reader)
 	hj.Close()
 	ins, err := r.cli.ContainerExecInspect(ctx, ex.ID)
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	return ins.ExitCode, out.String()
+	return ins.ExitCode
 }
 
 func (r *rig) copyDir(id, src, dst string) {
@@ -303,23 +314,51 @@ type verdict struct {
 	took          time.Duration
 }
 
-// verify is the sealed verification the lead wires into Verify: prepare with
-// the toolchain, copy tests, run test.sh sealed, read results.
+// kill stops every process left in the sandbox, as Verify does first.
+func (r *rig) kill(id string) {
+	r.t.Helper()
+	if code, out := r.exec(id, sandbox.ToolchainKillCmd(), sandbox.ToolchainExecEnv, "/"); code != 0 {
+		r.t.Fatalf("kill: %d %s", code, out)
+	}
+}
+
+// tamper is Verify's tamper check: the agent's processes stopped, then the
+// sandbox compared with its image.
+func (r *rig) tamper(id string) []sandbox.TamperFinding {
+	r.t.Helper()
+	r.kill(id)
+	ins, err := r.cli.ContainerInspect(context.Background(), id)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	f, err := sandbox.TamperCheck(context.Background(), r.cli, ins)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	return f
+}
+
+// verify is the rest of the sealed verification Verify runs: processes
+// stopped (again: tamper did it when called), tests staged, one exec that
+// readies the verifier and runs test.sh sealed, results read.
 func (r *rig) verify(id, taskDir string) verdict {
 	r.t.Helper()
 	ctx := context.Background()
 	start := time.Now()
-	if code, out := r.exec(id, sandbox.ToolchainPrepareCmd("/logs/verifier"), sandbox.ToolchainExecEnv, "/"); code != 0 {
-		r.t.Fatalf("prepare: %d %s", code, out)
-	}
-	r.copyDir(id, filepath.Join(taskDir, "tests"), "/tests")
+	r.kill(id)
+	stage := sandbox.ToolchainStage()
+	r.copyDir(id, filepath.Join(taskDir, "tests"), stage)
 	ins, err := r.cli.ContainerInspect(ctx, id)
 	if err != nil {
 		r.t.Fatal(err)
 	}
 	cmd, _ := sandbox.ToolchainVerifyCmd(ins.Config.Env, nil, 2*time.Minute, sandbox.ToolchainPytestIni(filepath.Join(taskDir, "tests")))
-	_, out := r.exec(id, cmd, sandbox.ToolchainExecEnv, ins.Config.WorkingDir)
-	v := verdict{output: out, took: time.Since(start)}
+	var ready, out bytes.Buffer
+	code := r.execTo(id, sandbox.ToolchainRunCmd("/logs/verifier", stage, ins.Config.WorkingDir, cmd), sandbox.ToolchainExecEnv, "/", &ready, &out)
+	if strings.TrimSpace(ready.String()) != sandbox.ToolchainReady {
+		r.t.Fatalf("the verifier never got ready: exit %d, stdout %q, stderr:\n%s", code, ready.String(), out.String())
+	}
+	v := verdict{output: out.String(), took: time.Since(start)}
 	_, ctrf := r.exec(id, []string{sandbox.ToolchainMount + "/bin/cat", "/logs/verifier/ctrf.json"}, sandbox.ToolchainExecEnv, "/")
 	var doc struct {
 		Results struct {
@@ -336,7 +375,7 @@ func (r *rig) verify(id, taskDir string) verdict {
 	}
 	_, v.reward = r.exec(id, []string{sandbox.ToolchainMount + "/bin/cat", "/logs/verifier/reward.txt"}, sandbox.ToolchainExecEnv, "/")
 	v.reward = strings.TrimSpace(v.reward)
-	code, _ := r.exec(id, []string{sandbox.ToolchainMount + "/bin/test", "-e", sandbox.ToolchainRunnerMark}, sandbox.ToolchainExecEnv, "/")
+	code, _ = r.exec(id, []string{sandbox.ToolchainMount + "/bin/test", "-e", sandbox.ToolchainRunnerMark}, sandbox.ToolchainExecEnv, "/")
 	v.marked = code == 0
 	return v
 }
@@ -357,10 +396,8 @@ func TestSealedVerifierTerminalBenchTasks(t *testing.T) {
 						t.Fatalf("solve.sh: %d %s", code, out)
 					}
 				}
-				ins, _ := r.cli.ContainerInspect(context.Background(), id)
-				f, err := sandbox.TamperCheck(context.Background(), r.cli, id, ins.Config.WorkingDir)
-				if err != nil || len(f) != 0 {
-					t.Fatalf("tamper check on a clean %s rollout: %v %v", agent, f, err)
+				if f := r.tamper(id); len(f) != 0 {
+					t.Fatalf("tamper check on a clean %s rollout: %v", agent, f)
 				}
 				v := r.verify(id, dir)
 				t.Logf("%s %s: %d/%d passed, reward %q, runner marked %v, verify took %s", name, agent, v.passed, v.total, v.reward, v.marked, v.took)
@@ -395,9 +432,8 @@ func TestSealedVerifierExampleTasks(t *testing.T) {
 			if code, out := r.exec(id, []string{"bash", "/solution/solve.sh"}, nil, ins.Config.WorkingDir); code != 0 {
 				t.Fatalf("solve.sh: %d %s", code, out)
 			}
-			f, err := sandbox.TamperCheck(context.Background(), r.cli, id, ins.Config.WorkingDir)
-			if err != nil || len(f) != 0 {
-				t.Fatalf("tamper check on the oracle: %v %v", f, err)
+			if f := r.tamper(id); len(f) != 0 {
+				t.Fatalf("tamper check on the oracle: %v", f)
 			}
 			v := r.verify(id, dir)
 			sh := func(script string) string {
@@ -442,10 +478,7 @@ func TestSealedVerifierDefeatsCheats(t *testing.T) {
 			if code, out := r.exec(id, []string{"bash", "-c", script}, nil, ""); code != 0 || !strings.Contains(out, "planted") {
 				t.Fatalf("planting: %d %s", code, out)
 			}
-			f, err := sandbox.TamperCheck(context.Background(), r.cli, id, "/app")
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := r.tamper(id)
 			var paths []string
 			for _, x := range f {
 				paths = append(paths, x.Path)

@@ -20,7 +20,7 @@ import (
 )
 
 const campaignUsage = `usage: starter campaign start -f FILE [--wait]
-       starter campaign status|pause|resume|cancel NAME
+       starter campaign status|pause|resume|retry|skip|cancel NAME
        starter campaign set-concurrency NAME N
        starter campaign list`
 
@@ -33,6 +33,7 @@ func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	fs := flag.NewFlagSet("campaign "+sub, flag.ContinueOnError)
 	file := fs.String("f", "", "campaign config (TOML)")
 	wait := fs.Bool("wait", false, "wait for the campaign and print its evals")
+	storeDir := fs.String("store", config.StoreDir(), "artifact store (where policy.init's checkpoint is found or imported)")
 	pos, err := parse(fs, rest)
 	if err != nil {
 		return err
@@ -53,10 +54,22 @@ func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	defer c.Close()
 	switch sub {
 	case "start":
-		return campaignStart(ctx, c, cfg, *wait, stdout, stderr)
+		in := workflows.CampaignInput{Config: cfg}
+		if cfg.Policy.Init != "random" {
+			st, err := openStore(*storeDir)
+			if err != nil {
+				return err
+			}
+			ck, err := resolveCheckpoint(ctx, c, st, cfg.Policy.Init)
+			if err != nil {
+				return fmt.Errorf("policy.init: %w", err)
+			}
+			in.Init = &ck
+		}
+		return campaignStart(ctx, c, in, *wait, stdout, stderr)
 	case "list":
 		return campaignList(ctx, c, stdout)
-	case "status", "pause", "resume", "set-concurrency", "cancel":
+	case "status", "pause", "resume", "retry", "skip", "set-concurrency", "cancel":
 		if len(pos) < 1 {
 			return badInput(errors.New(campaignUsage))
 		}
@@ -65,11 +78,12 @@ func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	return badInput(fmt.Errorf("campaign %s: unknown subcommand\n%s", sub, campaignUsage))
 }
 
-func campaignStart(ctx context.Context, c client.Client, cfg campaign.Config, wait bool, stdout, stderr io.Writer) error {
+func campaignStart(ctx context.Context, c client.Client, in workflows.CampaignInput, wait bool, stdout, stderr io.Writer) error {
+	cfg := in.Config
 	wid := ids.CampaignWorkflowID(cfg.Name)
 	warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
 	run, err := startRun(ctx, c, launch{wid, fmt.Sprintf("campaign %s: %d PPO steps × %d tasks", cfg.Name, cfg.PPO.Steps, cfg.PPO.TasksPerStep),
-		workflows.CampaignWorkflow, workflows.CampaignInput{Config: cfg}}, stdout)
+		workflows.CampaignWorkflow, in}, stdout)
 	if err != nil || !wait {
 		return err
 	}
@@ -110,7 +124,7 @@ func campaignSteer(ctx context.Context, c client.Client, sub string, pos []strin
 		fmt.Fprintf(stdout, "cancel requested for %s: running rollouts release their sandboxes first\n", wid)
 		return nil
 	}
-	return updateCampaign(ctx, c, wid, sub, stdout) // pause, resume
+	return updateCampaign(ctx, c, wid, sub, stdout) // pause, resume, retry, skip
 }
 
 func campaignList(ctx context.Context, c client.Client, stdout io.Writer) error {
@@ -147,14 +161,26 @@ func updateCampaign(ctx context.Context, c client.Client, wid, update string, st
 
 func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 	state := s.Phase
-	if s.Paused {
+	if f := s.Failure; f != nil {
+		state += fmt.Sprintf(" (paused: stage %s failed, %s)\n  %s\n  decide: starter campaign retry|skip|cancel %s", f.Stage, f.Type, f.Reason, s.Name)
+	} else if s.Paused {
 		state += " (paused: the current step finishes, then it waits)"
 	}
 	fmt.Fprintf(w, "campaign %s: %s\n  step %d/%d, policy %s, concurrency %d\n", s.Name, state, s.Step, s.Steps, s.WeightVersion, s.Concurrency)
+	if len(s.Retries) > 0 || len(s.Skipped) > 0 {
+		fmt.Fprintf(w, "  retried stages %v, skipped %v\n", s.Retries, s.Skipped)
+	}
 	if s.InFlight != "" {
 		fmt.Fprintf(w, "  in flight: %s\n", s.InFlight)
 	}
 	fmt.Fprintf(w, "  aborted %d, failed %d, stale %d rollouts left out of training\n", s.Aborted, s.Failed, s.Stale)
+	tampered := 0
+	for _, r := range s.Recent {
+		tampered += r.Tampered
+	}
+	if tampered > 0 {
+		fmt.Fprintf(w, "  tampered %d in the recent steps (trained on at reward 0)\n", tampered)
+	}
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "  latest checkpoint %s (compare: starter eval --pool POOL --checkpoint %s:init,%s:latest --wait)\n", s.Checkpoint, s.Name, s.Name)
 	}
@@ -163,12 +189,32 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 	}
 	for _, r := range s.Recent {
 		b, _ := json.Marshal(r.Metrics)
-		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, b)
+		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r), b)
 	}
 	for _, e := range s.Evals {
 		fmt.Fprintf(w, "  eval %s\n", e)
 	}
 	fmt.Fprintf(w, "  %s\n", config.UIURL(wid))
+}
+
+// retriesText says how many of a step's samples were started again after an
+// R3 abort, and how often ("" when none was).
+func retriesText(r workflows.StepRecord) string {
+	retried := retriedSamples(r)
+	if retried == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", %d retried after aborts (samples by retries %v, max %d)", retried, r.Retries, r.RetriesMax)
+}
+
+func retriedSamples(r workflows.StepRecord) int {
+	n := 0
+	for k, c := range r.Retries {
+		if k > 0 {
+			n += c
+		}
+	}
+	return n
 }
 
 func fmtEV(p *float64) string {

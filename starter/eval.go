@@ -256,6 +256,7 @@ type EvalJSON struct {
 	Resolved     int                        `json:"resolved"`
 	MeanTurns    float64                    `json:"mean_turns"`
 	Outcomes     map[string]int             `json:"outcomes"`
+	Tampered     int                        `json:"tampered"`
 	ByCategory   map[string]workflows.Group `json:"by_category"`
 	ByDifficulty map[string]workflows.Group `json:"by_difficulty"`
 	Tasks        []EvalJSONTask             `json:"tasks"`
@@ -267,7 +268,7 @@ func evalJSON(rep workflows.EvalReport, ref store.Ref) EvalJSON {
 	out := EvalJSON{
 		WorkflowID: rep.WorkflowID, SweepID: rep.SweepID, Agent: rep.Agent.Kind, Attempts: rep.Attempts, S: rep.S,
 		ResolvedRate: s.ResolvedRate, MeanReward: s.MeanReward, Rollouts: s.Rollouts, Scored: s.Scored,
-		Resolved: s.Resolved, MeanTurns: s.MeanTurns, Outcomes: s.Outcomes,
+		Resolved: s.Resolved, MeanTurns: s.MeanTurns, Outcomes: s.Outcomes, Tampered: s.Tampered,
 		ByCategory: s.ByCategory, ByDifficulty: s.ByDifficulty, Tasks: []EvalJSONTask{}, Report: ref,
 	}
 	for _, r := range rep.Rollouts {
@@ -295,6 +296,9 @@ func printTable(w io.Writer, rep workflows.EvalReport) {
 	s := rep.Summary
 	fmt.Fprintf(w, "\nresolved %d/%d scored (%.1f%%), mean reward %.3f (S = %d), mean turns %.1f, %d rollouts\n",
 		s.Resolved, s.Scored, 100*s.ResolvedRate, s.MeanReward, rep.S, s.MeanTurns, s.Rollouts)
+	if s.Tampered > 0 {
+		fmt.Fprintf(w, "tampered: %d (scored at reward 0; the paths are in each rollout's record)\n", s.Tampered)
+	}
 	if s.Scored < s.Rollouts {
 		fmt.Fprintf(w, "not scored: %v\n", s.Outcomes)
 	}

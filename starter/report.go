@@ -74,8 +74,15 @@ type ReportNumbers struct {
 	WarmupGate string           `json:"warmup_gate,omitempty"` // how the critic warm-up gate was decided
 	Evals      []map[string]any `json:"evals"`
 	Excluded   map[string]int   `json:"excluded"`
+	// Tampered counts PPO-step rollouts refused for tampering (trained on
+	// at reward 0); each eval's count is in its "tampered".
+	Tampered   int              `json:"tampered"`
+	StepTamper []int            `json:"tampered_per_step"`
 	Checkpoint []string         `json:"checkpoints"`
 	Metrics    []map[string]any `json:"metrics"`
+	// Per step: samples started again after an R3 abort, and the most retries one took.
+	Retried    []int `json:"retried"`
+	RetriesMax []int `json:"retries_max"`
 }
 
 func metric(m map[string]any, k string) float64 {
@@ -96,12 +103,15 @@ func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 		n.GapReplay = append(n.GapReplay, metric(s.Metrics, "logprob_gap_replay"))
 		n.GapFree = append(n.GapFree, metric(s.Metrics, "logprob_gap_noreplay"))
 		n.Turns = append(n.Turns, s.MeanTurns)
+		n.Retried, n.RetriesMax = append(n.Retried, retriedSamples(s)), append(n.RetriesMax, s.RetriesMax)
 		n.Checkpoint = append(n.Checkpoint, s.Checkpoint)
 		n.Metrics = append(n.Metrics, s.Metrics)
+		n.Tampered += s.Tampered
+		n.StepTamper = append(n.StepTamper, s.Tampered)
 	}
 	for _, e := range rep.State.Evals {
 		n.Evals = append(n.Evals, map[string]any{"label": e.Label, "policy": e.WeightVersion, "resolved_rate": e.Summary.ResolvedRate,
-			"mean_reward": e.Summary.MeanReward, "mean_turns": e.Summary.MeanTurns, "rollouts": e.Summary.Rollouts})
+			"mean_reward": e.Summary.MeanReward, "mean_turns": e.Summary.MeanTurns, "rollouts": e.Summary.Rollouts, "tampered": e.Summary.Tampered})
 	}
 	// NaN is not JSON: drop undefined points to null.
 	for _, xs := range [][]float64{n.EV, n.GapReplay, n.GapFree} {
@@ -165,10 +175,17 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<!doctype html><meta charset=utf-8><title>t1flow campaign %s</title>", html.EscapeString(n.Campaign))
 	b.WriteString(`<style>body{font-family:sans-serif;max-width:960px;margin:2em auto}figure{display:inline-block;margin:8px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}</style>`)
-	fmt.Fprintf(&b, "<h1>Campaign %s</h1><p>%d PPO steps; critic EV cold %s, warm %s; left out of training: %d aborted, %d failed, %d stale.</p>",
-		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"])
+	fmt.Fprintf(&b, "<h1>Campaign %s</h1><p>%d PPO steps; critic EV cold %s, warm %s; left out of training: %d aborted, %d failed, %d stale; tampered (trained on at reward 0): %d.</p>",
+		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"], n.Tampered)
 	if n.WarmupGate != "" {
 		fmt.Fprintf(&b, "<p>Critic warm-up gate: %s.</p>", html.EscapeString(n.WarmupGate))
+	}
+	retried, most := 0, 0
+	for i := range n.Retried {
+		retried, most = retried+n.Retried[i], max(most, n.RetriesMax[i])
+	}
+	if retried > 0 {
+		fmt.Fprintf(&b, "<p>%d samples were started again after an R3 abort (routing missing); at most %d retries for one sample.</p>", retried, most)
 	}
 	b.WriteString(lineChart("mean reward and resolved rate per PPO step", n.Steps, map[string][]float64{"reward": n.Reward, "resolved": n.Resolved}))
 	b.WriteString(lineChart("critic explained variance per step", n.Steps, map[string][]float64{"EV": n.EV}))

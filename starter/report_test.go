@@ -22,7 +22,27 @@ func TestReportRendersPlotsAndNumbers(t *testing.T) {
 	if len(n.Steps) != 3 || n.Reward[2] < 0.29 || n.GapFree[0] != 0.02 || len(n.Evals) != 2 {
 		t.Fatalf("numbers %+v", n)
 	}
+	if n.Retried[1] != 0 || n.RetriesMax[1] != 0 {
+		t.Fatalf("retries without any: %v %v", n.Retried, n.RetriesMax)
+	}
 	h := renderHTML(rep, n)
+	if strings.Contains(h, "R3 abort") {
+		t.Fatal("the report mentions retries that never happened")
+	}
+	rep.State.Steps[1].Retries, rep.State.Steps[1].RetriesMax = []int{5, 2, 0, 1}, 3
+	n = reportNumbers(rep)
+	if n.Retried[1] != 3 || n.RetriesMax[1] != 3 {
+		t.Fatalf("retried %v, max %v: want 3 samples retried in step 2, at most 3 times", n.Retried, n.RetriesMax)
+	}
+	h = renderHTML(rep, n)
+	if !strings.Contains(h, "3 samples were started again after an R3 abort (routing missing); at most 3 retries") {
+		t.Fatalf("html does not show the retries:\n%s", h)
+	}
+	var out strings.Builder
+	printStatus(&out, workflows.CampaignStatus{Name: "demo", Recent: rep.State.Steps}, "campaign/demo")
+	if !strings.Contains(out.String(), "step 2 (): 0/0 trained, reward 0.200, turns 3.0, 3 retried after aborts (samples by retries [5 2 0 1], max 3)") {
+		t.Fatalf("status does not show the retries:\n%s", out.String())
+	}
 	if strings.Count(h, "<svg") != 5 || !strings.Contains(h, "log-prob gap") || !strings.Contains(h, "<td>final</td><td>v5</td><td>50.0%") {
 		t.Fatalf("html:\n%s", h)
 	}

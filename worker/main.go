@@ -41,8 +41,8 @@ func run() error {
 	host := flag.String("host", hostname, "name of this sandbox host (its task queue is t1flow-sandbox-<host>)")
 	storeDir := flag.String("store", config.StoreDir(), "artifact store directory (env T1FLOW_STORE)")
 	aliases := flag.String("image-aliases", os.Getenv("T1FLOW_IMAGE_ALIASES"), "TOML file of FROM image aliases ([aliases] \"pattern\" = \"image\")")
-	prepare := flag.Bool("prepare", false, "build the sandbox base image before serving (it is otherwise built on first use)")
-	prepareOnly := flag.Bool("prepare-only", false, "build the sandbox base image and exit")
+	prepare := flag.Bool("prepare", false, "build the sandbox base image and the sealed verifier toolchain before serving (they are otherwise built on first use)")
+	prepareOnly := flag.Bool("prepare-only", false, "build the sandbox base image and the sealed verifier toolchain, and exit")
 	reaperTTL := flag.Duration("reaper-ttl", workflows.DefaultReaperTTLSec*time.Second, "remove t1flow containers older than this even if their rollout still runs")
 	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
@@ -69,27 +69,11 @@ func run() error {
 		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes")}
 	sandboxRole := set[roles.Sandbox]
 	if sandboxRole || *prepareOnly {
-		d, err := sandbox.NewDocker(ctx, config.Home())
-		if err != nil {
+		d, err := openSandboxes(ctx, *aliases, *prepare || *prepareOnly)
+		if err != nil || *prepareOnly {
 			return err
 		}
-		d.Log = os.Stderr
-		if *aliases != "" {
-			if err := d.LoadAliases(*aliases); err != nil {
-				return err
-			}
-		}
 		acts.Docker = d
-		if *prepare || *prepareOnly {
-			tag, err := d.EnsureBaseImage(ctx)
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(os.Stderr, "worker: sandbox base image", tag)
-			if *prepareOnly {
-				return nil
-			}
-		}
 	}
 
 	tracing, flush, err := config.Tracing(ctx, "worker")
@@ -130,6 +114,39 @@ func run() error {
 	<-ctx.Done()
 	roles.Stop(workers)
 	return nil
+}
+
+// openSandboxes connects to Docker and, with prepare, builds the sandbox base
+// image and the sealed verifier toolchain up front (else on first use).
+func openSandboxes(ctx context.Context, aliases string, prepare bool) (*sandbox.Docker, error) {
+	d, err := sandbox.NewDocker(ctx, config.Home())
+	if err != nil {
+		return nil, err
+	}
+	d.Log = os.Stderr
+	if aliases != "" {
+		if err := d.LoadAliases(aliases); err != nil {
+			return nil, err
+		}
+	}
+	if !prepare {
+		return d, nil
+	}
+	tag, err := d.EnsureBaseImage(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintln(os.Stderr, "worker: sandbox base image", tag)
+	tc, err := d.EnsureToolchain(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("sealed verifier toolchain: %w", err)
+	}
+	if tc.Built {
+		fmt.Fprintf(os.Stderr, "worker: sealed verifier toolchain %s built in %s, %d MB\n", tc.Hash, tc.BuildTime.Round(time.Millisecond), tc.SizeBytes>>20)
+	} else {
+		fmt.Fprintf(os.Stderr, "worker: sealed verifier toolchain %s at %s\n", tc.Hash, tc.Dir)
+	}
+	return d, nil
 }
 
 // ensureReaperSchedule creates this host's reaper schedule once.

@@ -31,6 +31,9 @@ const (
 	OutcomeInfraError    = "infra_error"    // sandboxes kept failing: not scored
 	OutcomeTaskInvalid   = "task_invalid"   // the task itself is broken: not scored
 	OutcomeAborted       = "aborted"        // e.g. routing missing, retries exhausted: not scored
+	// OutcomeTampered: the agent changed what verification depends on
+	// (docs/verification.md). Scored, at reward 0: behaviour to train away.
+	OutcomeTampered = "tampered"
 )
 
 // How the agent phase ended.
@@ -39,6 +42,7 @@ const (
 	AgentEndTurnCap          = "turn_cap"
 	AgentEndTimeout          = "agent_timeout"
 	AgentEndContextExhausted = activities.EndContextExhausted
+	AgentEndStorageLimit     = activities.EndStorageLimit // wrote past storage_mb: stopped, still verified
 )
 
 // RolloutInput is one rollout attempt.
@@ -156,14 +160,17 @@ type Group struct {
 // Summary aggregates a sweep. Rates and means are over scored rollouts; the
 // unscored are counted by failure class, never folded in as zeros.
 type Summary struct {
-	Rollouts       int              `json:"rollouts"`
-	Scored         int              `json:"scored"`
-	Resolved       int              `json:"resolved"`
-	ResolvedRate   float64          `json:"resolved_rate"`
-	MeanReward     float64          `json:"mean_reward"`
-	MeanTurns      float64          `json:"mean_turns"`
-	MeanDurationS  float64          `json:"mean_duration_s"`
-	Outcomes       map[string]int   `json:"outcomes"`
+	Rollouts      int            `json:"rollouts"`
+	Scored        int            `json:"scored"`
+	Resolved      int            `json:"resolved"`
+	ResolvedRate  float64        `json:"resolved_rate"`
+	MeanReward    float64        `json:"mean_reward"`
+	MeanTurns     float64        `json:"mean_turns"`
+	MeanDurationS float64        `json:"mean_duration_s"`
+	Outcomes      map[string]int `json:"outcomes"`
+	// Tampered counts scored rollouts whose verification was refused for
+	// tampering (in Scored, at reward 0).
+	Tampered       int              `json:"tampered"`
 	AgentEnds      map[string]int   `json:"agent_ends"`
 	ByCategory     map[string]Group `json:"by_category"`
 	ByDifficulty   map[string]Group `json:"by_difficulty"`

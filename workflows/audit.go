@@ -55,13 +55,58 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 	for i, m := range st.Static.Mutants {
 		futs = append(futs, run("audit-mutant", i+1, activities.AgentSpec{Kind: activities.AgentOracle, Solution: m.Script}, m.Description))
 	}
+	// Agents that should not pass, and the leak seeker (v1).
+	agents := workflow.GetVersion(ctx, "audit-should-fail-agents", workflow.DefaultVersion, 1)
+	scripted := map[string]int{}
+	if agents >= 1 {
+		for _, a := range []struct{ stage, script, what string }{
+			{"audit-trivial", st.Static.Agents.Trivial, "constant outputs"},
+			{"audit-shortcut", st.Static.Agents.Shortcut, "hard-coded expected literals"},
+			{"audit-leak", st.Static.Agents.Leak, "leak seeker"},
+		} {
+			if a.script != "" {
+				scripted[a.stage] = len(futs)
+				futs = append(futs, run(a.stage, 1, activities.AgentSpec{Kind: activities.AgentOracle, Solution: a.script}, a.what))
+			}
+		}
+	}
+	// The optional judge model reads the instruction and tests meanwhile (v1).
+	var judged workflow.Future
+	if in.Config.JudgeEndpoint != "" && workflow.GetVersion(ctx, "audit-judge-model", workflow.DefaultVersion, 1) >= 1 {
+		jctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{TaskQueue: ids.ControlQueue, StartToCloseTimeout: 6 * time.Minute,
+			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
+			Summary:     "judge model on " + in.Task.Name})
+		judged = workflow.ExecuteActivity(jctx, act.AuditJudge, activities.AuditJudgeInput{Task: in.Task, Config: in.Config})
+	}
+	results := make([]RolloutResult, len(futs))
 	toRun := func(i int) audit.Run {
 		r := rolloutOutcome(ctx, futs[i], RolloutInput{CampaignID: campaign, Task: in.Task})
+		results[i] = r
 		return audit.Run{Scored: r.Scored, Resolved: r.Resolved, Passed: r.Passed, Total: r.Total, Outcome: r.Outcome}
 	}
 	runs := audit.Runs{Oracle: []audit.Run{toRun(0), toRun(1)}, Nop: toRun(2)}
 	for i, m := range st.Static.Mutants {
 		runs.Mutants = append(runs.Mutants, audit.Mutated{Description: m.Description, Run: toRun(3 + i)})
+	}
+	optional := func(stage string) *audit.Run {
+		if i, ok := scripted[stage]; ok {
+			r := toRun(i)
+			return &r
+		}
+		return nil
+	}
+	runs.Trivial, runs.Shortcut, runs.Leak = optional("audit-trivial"), optional("audit-shortcut"), optional("audit-leak")
+	if runs.Leak != nil && runs.Leak.Resolved && results[scripted["audit-leak"]].Record != nil {
+		if err := workflow.ExecuteActivity(actx, act.AuditLeakSeen, *results[scripted["audit-leak"]].Record).Get(ctx, &runs.LeakSeen); err != nil {
+			return audit.Verdict{}, err
+		}
+	}
+	if judged != nil {
+		var m audit.ModelVerdict
+		if err := judged.Get(ctx, &m); err != nil {
+			return audit.Verdict{}, err
+		}
+		runs.Model = &m
 	}
 	if ctx.Err() != nil {
 		return audit.Verdict{}, ctx.Err()

@@ -48,6 +48,11 @@ type CampaignState struct {
 	Paused        bool             `json:"paused"`
 	Concurrency   int              `json:"concurrency"`
 	Runs          int              `json:"runs"` // workflow runs so far (continue-as-new)
+	// Failure is the failed stage the campaign is paused on, waiting for
+	// retry, skip or cancel (campaign_pause.go).
+	Failure *StageFailure  `json:"failure,omitempty"`
+	Retries map[string]int `json:"retries,omitempty"` // retries of each stage so far
+	Skipped []string       `json:"skipped,omitempty"` // stages an operator skipped
 	// Epoch names this execution of the campaign in trainer keys: a crash
 	// resumes it (same keys, each step trained once); starting the campaign
 	// again after it failed is a new epoch.
@@ -58,6 +63,9 @@ type CampaignState struct {
 type CampaignInput struct {
 	Config campaign.Config `json:"config"`
 	State  *CampaignState  `json:"state,omitempty"`
+	// Init is the stored checkpoint that the config's policy.init names
+	// (the starter resolves it); nil for a random init.
+	Init *gpu.Checkpoint `json:"init,omitempty"`
 }
 
 // CampaignStatus is what the "status" query answers.
@@ -81,6 +89,10 @@ type CampaignStatus struct {
 	Epoch      string   `json:"epoch"`
 	Checkpoint string   `json:"checkpoint,omitempty"` // the latest checkpoint's name
 	Inference  []string `json:"inference"`            // the servers its rollouts sample from
+	// Failure is the failed stage it is paused on (retry, skip or cancel decide).
+	Failure *StageFailure  `json:"failure,omitempty"`
+	Retries map[string]int `json:"retries,omitempty"`
+	Skipped []string       `json:"skipped,omitempty"`
 }
 
 // CampaignResult is the finished campaign and its report.
@@ -92,7 +104,9 @@ type CampaignResult struct {
 type campaignRun struct {
 	cfg      campaign.Config
 	st       *CampaignState
+	init     *gpu.Checkpoint
 	inFlight string
+	decision string // an operator's decision on a failed stage: retry or skip
 }
 
 // CampaignWorkflow runs the T1 recipe as one durable job: base eval, SFT,
@@ -100,7 +114,7 @@ type campaignRun struct {
 // loaded into inference), evals, and a report. Pause, resume and concurrency
 // changes are updates; status is a query.
 func CampaignWorkflow(ctx workflow.Context, in CampaignInput) (CampaignResult, error) {
-	return execute(ctx, &campaignRun{cfg: in.Config, st: in.State})
+	return execute(ctx, &campaignRun{cfg: in.Config, st: in.State, init: in.Init})
 }
 
 func (c *campaignRun) setup(ctx workflow.Context) error {
@@ -123,6 +137,9 @@ func (c *campaignRun) setup(ctx workflow.Context) error {
 	if err := workflow.SetUpdateHandler(ctx, UpdateResume, c.setPaused(false)); err != nil {
 		return err
 	}
+	if err := c.setDecisionHandlers(ctx); err != nil {
+		return err
+	}
 	err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateSetConcurrency, func(ctx workflow.Context, n int) (CampaignStatus, error) {
 		c.st.Concurrency = n
 		return c.status(), nil
@@ -142,6 +159,13 @@ func (c *campaignRun) setup(ctx workflow.Context) error {
 // is in flight and starts nothing new.
 func (c *campaignRun) setPaused(paused bool) func(workflow.Context) (CampaignStatus, error) {
 	return func(ctx workflow.Context) (CampaignStatus, error) {
+		if c.st.Failure != nil {
+			if paused {
+				return c.status(), nil // already paused, on the failure
+			}
+			c.decision = decideRetry // resume of a failed stage runs it again
+			return c.status(), nil
+		}
 		c.st.Paused = paused
 		c.details(ctx)
 		return c.status(), nil
@@ -152,7 +176,7 @@ func (c *campaignRun) status() CampaignStatus {
 	s := CampaignStatus{Name: c.cfg.Name, Phase: c.st.Phase, Step: c.st.Step, Steps: c.cfg.PPO.Steps, Paused: c.st.Paused,
 		Concurrency: c.st.Concurrency, WeightVersion: c.st.WeightVersion, InFlight: c.inFlight, Aborted: c.st.Aborted,
 		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, Recent: []StepRecord{}, Evals: []string{},
-		Epoch: c.st.Epoch, Inference: c.st.URLs}
+		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped}
 	if c.st.Checkpoint != nil {
 		s.Checkpoint = c.st.Checkpoint.Name
 	}
@@ -167,7 +191,9 @@ func (c *campaignRun) status() CampaignStatus {
 
 func (c *campaignRun) details(ctx workflow.Context) {
 	state := c.st.Phase
-	if c.st.Paused {
+	if f := c.st.Failure; f != nil {
+		state += fmt.Sprintf(" (paused: %s failed, %s: %s; retry, skip or cancel)", f.Stage, f.Type, f.Reason)
+	} else if c.st.Paused {
 		state += " (paused)"
 	}
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — step %d/%d, policy %s; aborted %d, failed %d, stale %d; %s",
@@ -218,8 +244,12 @@ func (c *campaignRun) connect(ctx workflow.Context) error {
 	if st.Checkpoint != nil {
 		return nil
 	}
-	// Inference starts from exactly the trainer's weights.
-	return c.checkpoint(ctx, "init")
+	if workflow.GetVersion(ctx, "campaign-init", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		// Inference starts from exactly the trainer's weights.
+		return c.checkpoint(ctx, "init")
+	}
+	_, err := c.stage(ctx, "init", func(int) error { return c.loadInit(ctx) })
+	return err
 }
 
 // phases runs the recipe on from the phase the state is in.
@@ -227,7 +257,7 @@ func (c *campaignRun) phases(ctx workflow.Context) error {
 	st, cfg := c.st, c.cfg
 	if st.Phase == PhaseBaseEval {
 		if cfg.Eval.Base {
-			if err := c.eval(ctx, "base"); err != nil {
+			if err := c.evalStage(ctx, "base"); err != nil {
 				return err
 			}
 		}
@@ -238,10 +268,10 @@ func (c *campaignRun) phases(ctx workflow.Context) error {
 			if err := c.waitUnpaused(ctx); err != nil {
 				return err
 			}
-			if err := c.sft(ctx); err != nil {
+			if _, err := c.stage(ctx, "sft", func(int) error { return c.sft(ctx) }); err != nil {
 				return err
 			}
-			if err := c.eval(ctx, "sft"); err != nil {
+			if err := c.evalStage(ctx, "sft"); err != nil {
 				return err
 			}
 		}
@@ -251,8 +281,15 @@ func (c *campaignRun) phases(ctx workflow.Context) error {
 		if err := c.waitUnpaused(ctx); err != nil {
 			return err
 		}
-		if err := c.warmup(ctx); err != nil {
+		skipped, err := c.stage(ctx, "warmup", func(attempt int) error { return c.warmup(ctx, attempt) })
+		if err != nil {
 			return err
+		}
+		if skipped {
+			// Whatever the critic reached, inference serves the trainer's weights.
+			if err := c.checkpoint(ctx, "warmup"); err != nil {
+				return err
+			}
 		}
 		st.Phase = PhasePPO
 	}
@@ -264,7 +301,7 @@ func (c *campaignRun) phases(ctx workflow.Context) error {
 	}
 	if st.Phase == PhaseFinal {
 		if cfg.Eval.AtEnd {
-			if err := c.eval(ctx, "final"); err != nil {
+			if err := c.evalStage(ctx, "final"); err != nil {
 				return err
 			}
 		}
@@ -282,13 +319,17 @@ func (c *campaignRun) ppo(ctx workflow.Context) error {
 			return err
 		}
 		step := st.Step + 1
-		if err := c.ppoStep(ctx, step); err != nil {
+		skipped, err := c.stage(ctx, fmt.Sprintf("ppo-%d", step), func(int) error { return c.ppoStep(ctx, step) })
+		if err != nil {
 			return err
+		}
+		if skipped {
+			st.Steps = append(st.Steps, StepRecord{Step: step, Skipped: true, PolicyVersion: st.WeightVersion})
 		}
 		st.Step = step
 		c.details(ctx)
 		if cfg.Eval.Every > 0 && step%cfg.Eval.Every == 0 && step < cfg.PPO.Steps {
-			if err := c.eval(ctx, fmt.Sprintf("step-%04d", step)); err != nil {
+			if err := c.evalStage(ctx, fmt.Sprintf("step-%04d", step)); err != nil {
 				return err
 			}
 		}

@@ -34,7 +34,7 @@ func (c *campaignRun) agent() activities.AgentSpec {
 // batch is the tasks rolled out by the current policy for training.
 func (c *campaignRun) batch(tasks []task.Ref) RolloutBatch {
 	return RolloutBatch{Campaign: c.cfg.Name, KeyPrefix: c.key(""), Tasks: tasks, Agent: c.agent(), Version: c.st.WeightVersion,
-		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency}
+		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency, DeadlineMinutes: c.cfg.PPO.StepDeadlineMinutes}
 }
 
 func (c *campaignRun) poolTasks(ctx workflow.Context, pool string, n int, seed int) ([]task.Ref, error) {
@@ -71,6 +71,30 @@ func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
 	}
 	c.st.Checkpoint, c.st.WeightVersion = &ck, version
 	return nil
+}
+
+// loadInit loads the campaign's configured init into the trainer (taking the
+// trainer's lease) and then, as the "init" checkpoint, into inference: a
+// campaign never starts from what another one left in the trainer.
+func (c *campaignRun) loadInit(ctx workflow.Context) error {
+	if c.init == nil && c.cfg.Policy.Init != "random" {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("campaign %s: policy.init = %q was not resolved to a stored checkpoint (start it with `starter campaign start`, which does)", c.cfg.Name, c.cfg.Policy.Init), errs.BadInput, nil)
+	}
+	in := gpu.InitInput{Campaign: c.cfg.Name, Checkpoint: c.init, Seed: c.cfg.Policy.Seed}
+	summary := fmt.Sprintf("load init %s (seed %d) into the trainer", c.cfg.Policy.Init, c.cfg.Policy.Seed)
+	if c.init != nil {
+		summary = "load init " + c.init.Name + " into the trainer"
+	}
+	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, summary), gact.TrainerInit, in).Get(ctx, nil); err != nil {
+		return err
+	}
+	return c.checkpoint(ctx, "init")
+}
+
+// evalStage is an eval as a stage: a failed sweep pauses the campaign.
+func (c *campaignRun) evalStage(ctx workflow.Context, label string) error {
+	_, err := c.stage(ctx, "eval-"+label, func(int) error { return c.eval(ctx, label) })
+	return err
 }
 
 func (c *campaignRun) eval(ctx workflow.Context, label string) error {
@@ -147,7 +171,9 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 	return c.checkpoint(ctx, "sft")
 }
 
-func (c *campaignRun) warmup(ctx workflow.Context) error {
+// warmup runs the critic warm-up; a retry (attempt > 0) is a new warm-up
+// under its own trainer keys, on fresh rollouts.
+func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 	c.inFlight = "critic warm-up"
 	c.details(ctx)
 	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Warmup, 0, 0)
@@ -157,8 +183,12 @@ func (c *campaignRun) warmup(ctx workflow.Context) error {
 	cctx := cancelledChildCtx(ctx, ids.WarmupWorkflowID(c.cfg.Name), "critic warm-up of "+c.cfg.Name)
 	var res WarmupResult
 	w := c.cfg.CriticWarmup
+	b := c.batch(tasks)
+	if attempt > 0 {
+		b.KeyPrefix = c.key(fmt.Sprintf("warmup-retry-%d/", attempt))
+	}
 	err = workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
-		RolloutBatch: c.batch(tasks), Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds, Advisory: !w.RequireGate,
+		RolloutBatch: b, Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds, Advisory: !w.RequireGate,
 	}).Get(ctx, &res)
 	if err != nil {
 		return err

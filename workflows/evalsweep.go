@@ -131,6 +131,9 @@ func Summarize(rs []RolloutResult) Summary {
 	for _, r := range rs {
 		s.Rollouts++
 		s.Outcomes[r.Outcome]++
+		if r.Outcome == OutcomeTampered {
+			s.Tampered++
+		}
 		if r.AgentEnd != "" {
 			s.AgentEnds[r.AgentEnd]++
 		}

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -16,7 +17,8 @@ import (
 // StepRecord is one PPO step's outcome.
 type StepRecord struct {
 	Step          int         `json:"step"`
-	PolicyVersion string      `json:"policy_version"` // the version that sampled the step's rollouts
+	Skipped       bool        `json:"skipped,omitempty"` // an operator skipped the failed step: nothing trained
+	PolicyVersion string      `json:"policy_version"`    // the version that sampled the step's rollouts
 	Metrics       gpu.Metrics `json:"metrics"`
 	Rollouts      int         `json:"rollouts"`
 	Trained       int         `json:"trained"`
@@ -27,11 +29,25 @@ type StepRecord struct {
 	// re-routed on a prefix-cache miss); RerouteTrajectories counts those with any.
 	Rerouted            int     `json:"rerouted"`
 	RerouteTrajectories int     `json:"reroute_trajectories"`
+	Tampered            int     `json:"tampered"` // trained on, at reward 0
 	RewardMean          float64 `json:"reward_mean"`
 	ResolvedRate        float64 `json:"resolved_rate"` // share of the trained rollouts whose every assertion passed
 	MeanTurns           float64 `json:"mean_turns"`
 	Checkpoint          string  `json:"checkpoint,omitempty"`
+	// Retries[k] counts the samples started again k times after an R3 abort
+	// (routing missing, the rollout's own sandbox attempts spent) before
+	// their outcome counted; RetriesMax is the most any sample took.
+	Retries    []int `json:"retries,omitempty"`
+	RetriesMax int   `json:"retries_max"`
 }
+
+// Aborted rollouts are started again, fresh, until the batch's deadline:
+// a flaky replica must not shrink the batch.
+const (
+	DefaultStepDeadlineMinutes = 120 // ppo.step_deadline_minutes
+	abortBackoff               = 10 * time.Second
+	abortBackoffMax            = 2 * time.Minute
+)
 
 // RolloutBatch is what a PPO step and a critic warm-up roll out and train on:
 // the tasks, the sampling policy, and the version a trajectory must have been
@@ -48,6 +64,9 @@ type RolloutBatch struct {
 	TurnCap     int `json:"turn_cap"`
 	S           int `json:"s"`
 	Concurrency int `json:"concurrency"`
+	// DeadlineMinutes after a collection starts, an aborted rollout is no
+	// longer started again and is left out (0: DefaultStepDeadlineMinutes).
+	DeadlineMinutes float64 `json:"deadline_minutes,omitempty"`
 }
 
 // PPOStepInput is one PPO step: the batch and the step's training settings.
@@ -64,8 +83,10 @@ type collected struct {
 	rollouts               int
 	aborted, failed, stale int
 	rerouted, rerouteTrajs int
+	tampered               int // in the batch, at reward 0: behaviour to train away
 	reward, turns          float64
 	resolved               int
+	retries                []int // samples by the retries they took
 }
 
 // collect runs one rollout per task and keeps the trajectories sampled by the
@@ -83,6 +104,11 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 		seen[t.ID]++
 		attempt[i] = seen[t.ID]
 	}
+	// Version 1 starts aborted rollouts again until the deadline; histories
+	// before it left them out after the rollout's own sandbox attempts.
+	if workflow.GetVersion(ctx, "retry-aborted-rollouts", workflow.DefaultVersion, 1) == 1 {
+		return collectRetrying(ctx, b, stage, step, attempt, running)
+	}
 	err := slidingWindow(ctx, len(b.Tasks), func() int { return b.Concurrency }, running,
 		func(i int) workflow.Future {
 			return startRollout(ctx, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i],
@@ -92,6 +118,91 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b.Version, b.Agent.Temperature)
 		})
 	return out, err
+}
+
+// collectRetrying is collect with aborted rollouts started again: after a
+// growing backoff, as a new rollout (the sample's next attempt number, so a
+// re-run finds it) in a fresh sandbox, with the replica list rotated so
+// another replica is tried first. Each start takes a slot of the window. A
+// sample still aborted when its next start would fall past the deadline is
+// left out and counted; a rollout started before the deadline runs to its end.
+func collectRetrying(ctx workflow.Context, b RolloutBatch, stage string, step int, attempt []int, running *int) (collected, error) {
+	var out collected
+	minutes := b.DeadlineMinutes
+	if minutes <= 0 {
+		minutes = DefaultStepDeadlineMinutes
+	}
+	deadline := workflow.Now(ctx).Add(time.Duration(minutes * float64(time.Minute)))
+	draws := map[string]int{}
+	for _, t := range b.Tasks {
+		draws[t.ID]++
+	}
+	retries := make([]int, len(b.Tasks))
+	input := func(i int) RolloutInput {
+		agent := b.Agent
+		agent.Inference = rotate(b.Agent.Inference, retries[i])
+		// Attempts 1..draws are the samples of a task; retry k of a sample is k draws on.
+		return RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i] + retries[i]*draws[b.Tasks[i].ID],
+			Agent: agent, TurnCap: b.TurnCap, S: b.S}
+	}
+	ready := make([]int, len(b.Tasks))
+	for i := range ready {
+		ready[i] = i
+	}
+	waiting := 0 // samples in their backoff
+	sel := workflow.NewSelector(ctx)
+	for len(ready) > 0 || *running > 0 || waiting > 0 {
+		for *running < max(b.Concurrency, 1) && len(ready) > 0 {
+			i := ready[0]
+			ready = ready[1:]
+			*running++
+			rin := input(i)
+			summary := fmt.Sprintf("%s %s %d: %s", b.Campaign, stage, step, b.Tasks[i].Name)
+			if retries[i] > 0 {
+				summary += fmt.Sprintf(" (retry %d after an abort)", retries[i])
+			}
+			sel.AddFuture(startRollout(ctx, rin, summary), func(f workflow.Future) {
+				*running--
+				r := rolloutOutcome(ctx, f, rin)
+				if r.Outcome == OutcomeAborted {
+					wait := min(abortBackoff<<min(retries[i], 16), abortBackoffMax)
+					if workflow.Now(ctx).Add(wait).Before(deadline) {
+						waiting++
+						sel.AddFuture(workflow.NewTimer(ctx, wait), func(workflow.Future) {
+							waiting--
+							retries[i]++
+							ready = append([]int{i}, ready...) // before samples not yet started
+						})
+						return
+					}
+				}
+				out.add(r, b.Version, b.Agent.Temperature)
+				out.took(retries[i])
+			})
+		}
+		sel.Select(ctx)
+		if ctx.Err() != nil {
+			return out, ctx.Err()
+		}
+	}
+	return out, nil
+}
+
+// rotate moves the first k replicas to the end: a rollout's first request
+// goes to the pool's first replica, so retry k starts on another one.
+func rotate(urls []string, k int) []string {
+	if len(urls) < 2 || k%len(urls) == 0 {
+		return urls
+	}
+	k %= len(urls)
+	return append(append([]string{}, urls[k:]...), urls[:k]...)
+}
+
+func (c *collected) took(retries int) {
+	for len(c.retries) <= retries {
+		c.retries = append(c.retries, 0)
+	}
+	c.retries[retries]++
 }
 
 func (c *collected) add(r RolloutResult, version string, temperature float64) {
@@ -105,6 +216,9 @@ func (c *collected) add(r RolloutResult, version string, temperature float64) {
 		// Sampled by another policy version: never trained on.
 		c.stale++
 	default:
+		if r.Outcome == OutcomeTampered {
+			c.tampered++
+		}
 		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
 		c.reward += r.Reward
 		if r.Resolved {
@@ -143,12 +257,16 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		return StepRecord{}, err
 	}
 	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale,
-		Rerouted: col.rerouted, RerouteTrajectories: col.rerouteTrajs}
+		Rerouted: col.rerouted, RerouteTrajectories: col.rerouteTrajs, Tampered: col.tampered, Retries: col.retries, RetriesMax: max(len(col.retries)-1, 0)}
 	excluded := col.aborted + col.failed + col.stale
 	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
+		aborted := fmt.Sprintf("aborted %d", col.aborted)
+		if col.retries != nil && col.aborted > 0 {
+			aborted += " still at the step deadline after retries"
+		}
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
-			"PPO step %d: %d of %d rollouts left out (aborted %d, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
-			in.Step, excluded, col.rollouts, col.aborted, col.failed, col.stale, in.MaxFailedShare), errs.PartialBatch, nil)
+			"PPO step %d: %d of %d rollouts left out (%s, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
+			in.Step, excluded, col.rollouts, aborted, col.failed, col.stale, in.MaxFailedShare), errs.PartialBatch, nil)
 	}
 	rec.RewardMean = col.reward / float64(len(col.batch))
 	rec.ResolvedRate = float64(col.resolved) / float64(len(col.batch))
@@ -157,6 +275,6 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
 		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Preset: in.Preset, Hyper: in.Hyper,
 	}).Get(ctx, &rec.Metrics)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("trained on %d of %d rollouts, reward %.3f", rec.Trained, rec.Rollouts, rec.RewardMean))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("trained on %d of %d rollouts, reward %.3f, at most %d retries after aborts", rec.Trained, rec.Rollouts, rec.RewardMean, rec.RetriesMax))
 	return rec, err
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -218,13 +219,20 @@ func (r *rollout) agentPhase(ctx workflow.Context, cs activities.CreateSandboxRe
 		}
 		if tr.Done {
 			res.AgentEnd = AgentEndCompleted
-			if tr.EndReason == activities.EndContextExhausted {
+			switch tr.EndReason {
+			case activities.EndContextExhausted:
 				res.AgentEnd = AgentEndContextExhausted // a normal end, still verified
+			case activities.EndStorageLimit:
+				res.AgentEnd = AgentEndStorageLimit
 			}
 			return nil
 		}
 		r.rec.Turns = append(r.rec.Turns, tr)
 		res.Turns = len(r.rec.Turns)
+		if tr.EndReason == activities.EndStorageLimit {
+			res.AgentEnd = AgentEndStorageLimit // stopped mid-turn; still verified
+			return nil
+		}
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("turn %d: `%s` → exit %d in %d ms", turn, text.Truncate(tr.Command, 80), tr.ExitCode, tr.DurationMs))
 		if tr.TimedOut && limit >= remaining {
 			res.AgentEnd = AgentEndTimeout
@@ -298,6 +306,15 @@ func (r *rollout) verify(ctx workflow.Context, cs activities.CreateSandboxResult
 		return err
 	}
 	r.rec.Verify = &vr
+	if vr.StorageLimit {
+		res.AgentEnd = AgentEndStorageLimit
+	}
+	if len(vr.Tampered) > 0 {
+		// Scored at 0 with the paths as evidence (the record's verify.tampered).
+		res.Scored, res.Passed, res.Total, res.Reward, res.Resolved = true, 0, 0, 0, false
+		res.Outcome, res.Error = OutcomeTampered, tamperSummary(vr)
+		return nil
+	}
 	res.Scored, res.Passed, res.Total = true, vr.Passed, vr.Total
 	res.Reward = float64(vr.Passed) / float64(r.in.S)
 	res.Resolved = vr.Total > 0 && vr.Passed == vr.Total
@@ -307,4 +324,14 @@ func (r *rollout) verify(ctx workflow.Context, cs activities.CreateSandboxResult
 		res.Outcome = OutcomeResolved
 	}
 	return nil
+}
+
+// tamperSummary is the one line a tampered rollout's result carries: the
+// paths; the record has each finding's reason.
+func tamperSummary(vr activities.VerifyResult) string {
+	paths := make([]string, 0, len(vr.Tampered))
+	for _, f := range vr.Tampered {
+		paths = append(paths, f.Kind+" "+f.Path)
+	}
+	return "tampered: " + text.Truncate(strings.Join(paths, ", "), 300)
 }

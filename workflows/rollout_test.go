@@ -18,6 +18,7 @@ import (
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/sandbox"
 )
 
 var testTask = task.Ref{ID: "0123456789abcdef", Name: "demo", Category: "scripting", Difficulty: "easy",
@@ -183,6 +184,26 @@ func TestVerifierErrorIsNotRewardZero(t *testing.T) {
 	require.Zero(t, res.Reward)
 	require.EqualValues(t, 3, verifies.Load(), "a verifier error is retried first")
 	require.Equal(t, []string{"sb-1"}, f.destroyed)
+}
+
+func TestTamperedIsScoredZeroWithEvidence(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(activities.VerifyResult{
+		StorageLimit: true,
+		Tampered:     []sandbox.TamperFinding{{Path: "/conftest.py", Kind: "added", Reason: "pytest configuration or conftest above /tests"}},
+	}, nil)
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeTampered, res.Outcome)
+	require.True(t, res.Scored, "tampering is behaviour to train away: scored, at 0")
+	require.Zero(t, res.Reward)
+	require.False(t, res.Resolved)
+	require.Contains(t, res.Error, "added /conftest.py")
+	require.Equal(t, AgentEndStorageLimit, res.AgentEnd)
+	s := Summarize([]RolloutResult{res})
+	require.Equal(t, 1, s.Tampered)
+	require.Equal(t, 1, s.Scored)
 }
 
 func TestTurnCap(t *testing.T) {

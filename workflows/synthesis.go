@@ -139,6 +139,9 @@ func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, 
 	var cand activities.SynthesizeResult
 	sctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
+		// A worker killed mid-call is noticed in 30 s, not at the 10-minute
+		// start-to-close: the activity heartbeats while it works.
+		HeartbeatTimeout: 30 * time.Second,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
 			NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
 		Summary: fmt.Sprintf("synthesize round %d variation %d", round, v+1),

@@ -6,7 +6,7 @@ experts), /tokenize, /detokenize, /update_weights_from_disk, /get_model_info,
 To reproduce the train-inference mismatch, it can sample in bfloat16
 (--sample-dtype) and jitter the router's selection (--router-jitter). For
 fault-injection tests it can drop routing from a fraction of responses
-(--drop-routing-frac).
+(--drop-routing-frac) or from the first N (--drop-routing-first).
 
 Like SGLang's radix cache, a prefix cache keeps the attention keys/values and
 the routed experts of every token it has processed, so a multi-turn episode's
@@ -107,6 +107,7 @@ class Engine:
         self.lock = threading.Lock()
         self.tok = M.Tokenizer()
         self.fault_rng = random.Random(args.fault_seed)
+        self.dropped_first = 0  # responses whose routing --drop-routing-first dropped
         self.device = args.device
         self.cache = None if getattr(args, "disable_radix_cache", False) else PrefixCache(getattr(args, "prefix_cache_tokens", 1 << 16))
         served = self.last_served()
@@ -265,7 +266,9 @@ class Engine:
             meta["output_token_logprobs"] = [[lp, t, None] for lp, t in zip(logprobs, out_ids)]
         if want_routing:
             r = routes[start_len:].to(torch.int32).cpu().numpy()  # (positions, L, k)
-            if self.args.drop_routing_frac > 0 and self.fault_rng.random() < self.args.drop_routing_frac:
+            first = self.dropped_first < getattr(self.args, "drop_routing_first", 0)
+            self.dropped_first += first
+            if first or self.args.drop_routing_frac > 0 and self.fault_rng.random() < self.args.drop_routing_frac:
                 meta["routed_experts_dropped"] = True  # fault injection: routing "lost"
             else:
                 meta["routed_experts"] = base64.b64encode(np.ascontiguousarray(r).tobytes()).decode()
@@ -350,6 +353,7 @@ def main():
                     help="no prefix cache: every request re-runs (and re-routes) its whole prompt, as SGLang's flag of that name")
     ap.add_argument("--prefix-cache-tokens", type=int, default=1 << 16, help="tokens the prefix cache holds at most (LRU)")
     ap.add_argument("--drop-routing-frac", type=float, default=0.0, help="fault injection: share of responses whose routing is dropped")
+    ap.add_argument("--drop-routing-first", type=int, default=0, help="fault injection: drop the routing of the first N responses that ask for it")
     ap.add_argument("--fault-seed", type=int, default=1)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--block-size", type=int, default=0, help="context length of a random init (0: the default config)")

@@ -2,9 +2,9 @@
 MoE policy, behind t1flow's trainer protocol (docs/trainer-protocol.md).
 
 One process per GPU group. Every training operation carries an idempotency
-key: its result is recorded only after the new weights are safely on disk, and
-a repeated key returns the recorded result without training again. After a
-crash the process restarts from the last committed state.
+key: its result is recorded in the same atomic commit as the new weights
+(commit.py), and a repeated key returns the recorded result without training
+again. After a crash the process restarts from the last committed state.
 """
 import argparse
 import copy
@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 
 import batch as B
+import commit
 import httpjson
 import model as M
 import ppo
@@ -36,13 +37,12 @@ class Trainer:
         self.args = args
         self.device = args.device
         self.workdir = os.path.abspath(args.workdir)
-        os.makedirs(os.path.join(self.workdir, "ops"), exist_ok=True)
         self.lock = threading.Lock()          # one training operation at a time
         self.progress = {"op": None, "key": None, "done": 0, "total": 0, "metrics": {}}
         self.cancel_key = None
-        self.state_dir = os.path.join(self.workdir, "state")
-        self._recover_state_dirs()
-        if os.path.exists(os.path.join(self.state_dir, "state.json")):
+        self.store = commit.Store(self.workdir, getattr(args, "crash_at", None))
+        self.state_dir = self.store.state_dir
+        if self.store.has_state():
             self._load_state()
             self.log(f"restart: resumed version {self.version} from {self.state_dir}")
         else:
@@ -50,10 +50,7 @@ class Trainer:
 
     # ---- state -------------------------------------------------------------
     def log(self, line):
-        with open(os.path.join(self.workdir, "ops.log"), "a") as f:
-            f.write(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {line}\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self.store.log(line)
 
     def _init(self, init, seed):
         if init and init != "random":
@@ -83,29 +80,18 @@ class Trainer:
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-6)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
 
-    def _recover_state_dirs(self):
-        new, old = self.state_dir + ".new", self.state_dir + ".old"
-        if not os.path.exists(self.state_dir) and os.path.exists(old):
-            os.replace(old, self.state_dir)   # crashed between the two renames
-        shutil.rmtree(new, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+    def _commit_state(self, rec=None):
+        """Write the whole training state to state.new (with rec, the record of
+        the training operation that made it), then swap it in."""
+        self.store.commit(self._write_state, rec)
 
-    def _commit_state(self):
-        """Write the whole training state to state.new, then swap it in."""
-        new, old = self.state_dir + ".new", self.state_dir + ".old"
-        shutil.rmtree(new, ignore_errors=True)
-        M.save_checkpoint(self.actor, new, "actor", {"version": f"v{self.version}"})
-        M.save_checkpoint(self.critic, new, "critic")
-        torch.save({"actor": self.actor_opt.state_dict(), "critic": self.critic_opt.state_dict()}, os.path.join(new, "optim.pt"))
-        with open(os.path.join(new, "state.json"), "w") as f:
+    def _write_state(self, d, crash):
+        M.save_checkpoint(self.actor, d, "actor", {"version": f"v{self.version}"})
+        M.save_checkpoint(self.critic, d, "critic")
+        crash("staged-weights")
+        torch.save({"actor": self.actor_opt.state_dict(), "critic": self.critic_opt.state_dict()}, os.path.join(d, "optim.pt"))
+        with open(os.path.join(d, "state.json"), "w") as f:
             json.dump({"version": self.version}, f)
-        fd = os.open(new, os.O_RDONLY)
-        os.fsync(fd)
-        os.close(fd)
-        if os.path.exists(self.state_dir):
-            os.replace(self.state_dir, old)
-        os.replace(new, self.state_dir)
-        shutil.rmtree(old, ignore_errors=True)
 
     def _load_state(self):
         self.actor, _ = M.load_checkpoint(self.state_dir, "actor", self.device)
@@ -118,19 +104,14 @@ class Trainer:
             self.version = json.load(f)["version"]
 
     # ---- idempotency -------------------------------------------------------
-    def _record_path(self, key):
-        return os.path.join(self.workdir, "ops", hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
-
     def _run(self, op, req, fn):
         key = req.get("key")
         if not isinstance(key, str) or not key:
             raise httpjson.HTTPError(400, f"{op}: key (the idempotency key: campaign/stage/step) is required")
         # Waiting on the lock also makes a retry of a running key wait for it.
         with self.lock:
-            rec = self._record_path(key)
-            if os.path.exists(rec):
-                with open(rec) as f:
-                    saved = json.load(f)
+            saved = self.store.lookup(key)
+            if saved is not None:
                 if saved["op"] != op:
                     raise httpjson.HTTPError(409, f"key {key!r} was used for {saved['op']}, not {op}")
                 saved["result"]["replayed"] = True
@@ -148,20 +129,23 @@ class Trainer:
                 raise
             finally:
                 self.progress["op"] = None
+            self.store.crash("trained")
             self.version += 1
-            self._commit_state()
             result.update({"version": self.version, "weight_version": f"v{self.version}", "seconds": time.time() - t0, "replayed": False})
             # JSON has no NaN: an undefined metric (e.g. explained variance of
             # constant returns) is null.
             result = {k: (None if isinstance(v, float) and v != v else v) for k, v in result.items()}
-            tmp = rec + ".tmp"
-            with open(tmp, "w") as f:
-                json.dump({"op": op, "key": key, "result": result}, f)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, rec)
-            self.log(f"commit {op} {key} version={self.version}")
-            return result
+            rec = {"op": op, "key": key, "result": result}
+            try:
+                self._commit_state(rec)   # weights and record in one commit
+            except BaseException:
+                # Whether it got past the commit point, the state on disk says:
+                # a retry replays the record or trains once.
+                self._load_state()
+                raise
+            self.store.crash("committed")
+            self.store.finish(rec)        # ops/ record, ops.log commit line
+            return dict(result)
 
     def _tick(self, done, total, **metrics):
         self.progress.update(done=done, total=total, metrics=metrics)
@@ -393,6 +377,17 @@ class Trainer:
         self.log(f"load {d} version={self.version}")
         return {"version": self.version, "weight_version": f"v{self.version}"}
 
+    def init(self, req):
+        """Fresh random weights from a seed (a campaign's configured init):
+        version 0, committed like a load, so a restart keeps them."""
+        seed = req.get("seed", 0)
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            raise httpjson.HTTPError(400, f"seed = {seed!r} must be an integer >= 0")
+        with self.lock:
+            self._init("random", seed)
+            self.log(f"init random seed={seed} version={self.version}")
+            return {"version": self.version, "weight_version": f"v{self.version}"}
+
     def health(self, _):
         return {"ok": True, "version": self.version, "device": self.device, "busy": self.lock.locked(),
                 "pid": os.getpid(), "cuda": torch.cuda.is_available()}
@@ -413,6 +408,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
+    ap.add_argument("--crash-at", choices=commit.CRASH_POINTS,
+                    help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -425,6 +422,7 @@ def main():
         ("POST", "/ppo_step"): lambda r: tr._run("ppo_step", r, tr.ppo_step),
         ("POST", "/save"): tr.save,
         ("POST", "/load"): tr.load,
+        ("POST", "/init"): tr.init,
         ("POST", "/cancel"): tr.cancel,
     }
     srv = httpjson.serve(args.host, args.port, routes, "t1flow reference trainer")

@@ -36,11 +36,17 @@ type Config struct {
 	MinInstructionChars int     `json:"min_instruction_chars" toml:"min_instruction_chars"`
 	MaxInstructionChars int     `json:"max_instruction_chars" toml:"max_instruction_chars"`
 	Mutants             int     `json:"mutants" toml:"mutants"` // mutated solutions run per task
+	// An optional judge model (OpenAI-compatible base URL, with or without
+	// /v1) for the instruction dimensions and hidden requirements; the key is
+	// read on the worker from the variable JudgeAPIKeyEnv names.
+	JudgeEndpoint  string `json:"judge_endpoint,omitempty" toml:"judge_endpoint"`
+	JudgeModel     string `json:"judge_model,omitempty" toml:"judge_model"`
+	JudgeAPIKeyEnv string `json:"judge_api_key_env,omitempty" toml:"judge_api_key_env"`
 }
 
 // DefaultConfig are the thresholds used unless configured.
 func DefaultConfig() Config {
-	return Config{KeepScore: 0.7, DuplicateJaccard: 0.85, ContaminationShare: 0.5, MinInstructionChars: 40, MaxInstructionChars: 8000, Mutants: 3}
+	return Config{KeepScore: 0.7, DuplicateJaccard: 0.85, ContaminationShare: 0.5, MinInstructionChars: 40, MaxInstructionChars: 8000, Mutants: 1}
 }
 
 // Dimension is one scored dimension with its evidence.
@@ -54,9 +60,14 @@ type Dimension struct {
 
 // Static is what reading the task proves.
 type Static struct {
-	HiddenPaths  []string `json:"hidden_paths"` // checked by tests, never named by the instruction
-	CheckedPaths []string `json:"checked_paths"`
-	Leaks        []string `json:"leaks"`     // test code or expected values visible to the agent
+	HiddenPaths  []string `json:"hidden_paths"`  // outputs the tests assert on, never named by the instruction
+	Hidden       []string `json:"hidden"`        // the same, each with the assertion that needs it
+	CheckedPaths []string `json:"checked_paths"` // outputs the tests assert on
+	Inputs       []string `json:"inputs"`        // paths the tests only read
+	Checks       []Check  `json:"-"`
+	Outputs      []Output `json:"outputs"`
+	Agents       Agents   `json:"agents"`
+	Leaks        []string `json:"leaks"`     // test code visible to the agent
 	Shortcuts    []string `json:"shortcuts"` // the solution reads tests or writes their literals
 	Clarity      float64  `json:"clarity"`
 	ClarityNotes []string `json:"clarity_notes"`

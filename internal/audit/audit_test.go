@@ -34,7 +34,7 @@ func TestStaticChecksCatchPlantedTasks(t *testing.T) {
 		t.Errorf("shortcut: %v", s.Shortcuts)
 	}
 	good := analyze(t, planted+"good-sum")
-	if len(good.HiddenPaths)+len(good.Leaks)+len(good.Shortcuts) != 0 || len(good.Steps) != 2 || len(good.Mutants) != 2 {
+	if len(good.HiddenPaths)+len(good.Leaks)+len(good.Shortcuts) != 0 || len(good.Steps) != 2 || len(good.Mutants) != 1 {
 		t.Errorf("good task: %+v", good)
 	}
 }
@@ -84,10 +84,35 @@ func TestJudgeWeighsAndRejects(t *testing.T) {
 	if weights < 0.9999 || weights > 1.0001 {
 		t.Fatalf("weights add up to %v", weights)
 	}
+	// A dropped step that still passes is an unneeded step: a note, kept.
 	runs.Mutants[1].Run = ok
 	v = Judge(info, s, runs, Similarity{}, DefaultConfig())
-	if v.Kept || strings.Join(v.HardRejects, ",") != WeakVerifier {
-		t.Fatalf("a surviving mutant must be a weak verifier: %+v", v.HardRejects)
+	if !v.Kept || len(v.HardRejects) != 0 || !strings.Contains(strings.Join(v.Details[0].Evidence, "\n"), "unneeded step") {
+		t.Fatalf("a surviving mutant is a note, not a reject: %+v %v", v.HardRejects, v.Details[0].Evidence)
+	}
+	// Constant outputs or hard-coded literals that pass: a weak verifier.
+	for _, agent := range []string{"trivial", "shortcut"} {
+		r := runs
+		if agent == "trivial" {
+			r.Trivial = &ok
+		} else {
+			r.Shortcut = &ok
+		}
+		v = Judge(info, s, r, Similarity{}, DefaultConfig())
+		if v.Kept || strings.Join(v.HardRejects, ",") != WeakVerifier {
+			t.Fatalf("%s agent passing must be a weak verifier: %+v", agent, v.HardRejects)
+		}
+	}
+	// The leak seeker resolving with a value it found: leakage; resolving
+	// without having written anything says nothing.
+	r := runs
+	r.Leak = &ok
+	if v = Judge(info, s, r, Similarity{}, DefaultConfig()); !v.Kept {
+		t.Fatalf("a leak run that found nothing is no leak: %+v", v.HardRejects)
+	}
+	r.LeakSeen = []string{`/app/.cache/key holds "17", written to /app/answer.txt`}
+	if v = Judge(info, s, r, Similarity{}, DefaultConfig()); strings.Join(v.HardRejects, ",") != TestLeakage {
+		t.Fatalf("leak seeker resolving: %+v", v.HardRejects)
 	}
 	v = Judge(info, s, Runs{Oracle: []Run{ok, ok}, Nop: ok}, Similarity{ContaminatedBy: "tb2/x", Contamination: 0.8}, DefaultConfig())
 	if v.Kept || !contains(v.HardRejects, WeakVerifier) || !contains(v.Flags, "contaminated") {
@@ -101,5 +126,26 @@ func TestShinglesFindNearDuplicates(t *testing.T) {
 	c := Shingles("Create a git repository with one commit that adds NOTES.md", 4)
 	if Jaccard(a, b) < 0.5 || Jaccard(a, c) > 0.1 || Containment(a, a) != 1 {
 		t.Fatalf("jaccard %v %v", Jaccard(a, b), Jaccard(a, c))
+	}
+}
+
+func TestModelVerdictSitsBesideTheExecutableChecks(t *testing.T) {
+	s := analyze(t, planted+"good-sum")
+	ok := Run{Scored: true, Resolved: true, Passed: 2, Total: 2, Outcome: "resolved"}
+	runs := Runs{Oracle: []Run{ok, ok}, Nop: Run{Scored: true, Total: 2}}
+	info := TaskInfo{Name: "good-sum", Difficulty: "medium"}
+	base := Judge(info, s, runs, Similarity{}, DefaultConfig())
+	runs.Model = &ModelVerdict{Model: "m", Clarity: 0.5, Completeness: 1, Quote: "Write the sum"}
+	v := Judge(info, s, runs, Similarity{}, DefaultConfig())
+	if !v.Kept || v.Dimensions["instruction_clarity"] != (base.Dimensions["instruction_clarity"]+0.5)/2 {
+		t.Fatalf("clarity is the mean of heuristic and model: %v vs %v", v.Dimensions, base.Dimensions)
+	}
+	runs.Model.Hidden = []Finding{{Assertion: "assert x", Requirement: "y"}}
+	if v = Judge(info, s, runs, Similarity{}, DefaultConfig()); strings.Join(v.HardRejects, ",") != HiddenRequirements {
+		t.Fatalf("a quoted hidden requirement is a hard reject: %v", v.HardRejects)
+	}
+	runs.Model = &ModelVerdict{Model: "m", Error: "no JSON object"}
+	if v = Judge(info, s, runs, Similarity{}, DefaultConfig()); !v.Kept || v.Dimensions["instruction_clarity"] != base.Dimensions["instruction_clarity"] {
+		t.Fatalf("an unusable answer leaves the executable checks alone: %+v", v)
 	}
 }

@@ -15,10 +15,11 @@ var (
 	strLit   = regexp.MustCompile(`"([^"\\\n]{1,200})"|'([^'\\\n]{1,200})'`)
 	numLit   = regexp.MustCompile(`(?:^|[^\w.])(-?\d{3,}(?:\.\d+)?|-?\d+\.\d{2,})(?:$|[^\w.])`)
 	pathLike = regexp.MustCompile(`^/[A-Za-z0-9._/-]+$`)
+	alnum    = regexp.MustCompile(`[A-Za-z0-9]`)
 )
 
 // Task areas whose paths are requirements; system paths are not.
-var taskAreas = []string{"/app", "/srv", "/home", "/etc", "/var", "/opt", "/root", "/data", "/workspace", "/usr/local", "/mnt", "/project"}
+var taskAreas = []string{"/app", "/srv", "/home", "/etc", "/var", "/opt", "/root", "/data", "/workspace", "/usr/local", "/mnt", "/project", "/backup", "/workdir"}
 
 func inTaskArea(p string) bool {
 	for _, a := range taskAreas {
@@ -49,6 +50,18 @@ func testFiles(t *task.Task) (map[string]string, error) {
 	return out, err
 }
 
+// TestSources are every file under tests/, test.sh included.
+func TestSources(t *task.Task) (map[string]string, error) {
+	tests, err := testFiles(t)
+	if err != nil {
+		return nil, err
+	}
+	if b, err := os.ReadFile(filepath.Join(t.Dir, task.TestScriptFile)); err == nil {
+		tests[task.TestScriptFile] = string(b)
+	}
+	return tests, nil
+}
+
 func envFiles(t *task.Task) map[string]string {
 	out := map[string]string{}
 	filepath.WalkDir(filepath.Join(t.Dir, "environment"), func(p string, d os.DirEntry, err error) error {
@@ -69,12 +82,32 @@ func named(instr, p string) bool {
 	if containsPath(instr, p) {
 		return true
 	}
-	for q := p; strings.Count(q, "/") >= 2; q = filepath.Dir(q) {
-		if containsPath(instr, q) {
+	// an ancestor directory named as such (not as the start of a sibling's path)
+	for q := filepath.Dir(p); strings.Count(q, "/") >= 2; q = filepath.Dir(q) {
+		if namesDir(instr, q) {
 			return true
 		}
 	}
 	return containsPath(instr, filepath.Base(p)) && len(filepath.Base(p)) >= 4
+}
+
+// namesDir: text names directory d by itself (`/app/out`, `/app/out/`),
+// not only inside a longer path.
+func namesDir(text, d string) bool {
+	for i := 0; ; {
+		j := strings.Index(text[i:], d)
+		if j < 0 {
+			return false
+		}
+		end := i + j + len(d)
+		if end < len(text) && text[end] == '/' {
+			end++
+		}
+		if end == len(text) || !isPathChar(text[end]) {
+			return true
+		}
+		i = i + j + 1
+	}
 }
 
 func containsPath(text, p string) bool {
@@ -139,25 +172,26 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 	}
 	instr := t.Instruction
 
-	// Hidden requirements: paths the tests check that the instruction never names.
-	seen := map[string]bool{}
-	for _, src := range tests {
-		for _, m := range strLit.FindAllStringSubmatch(src, -1) {
-			p := strings.TrimRight(m[1]+m[2], "/")
-			if !pathLike.MatchString(p) || !inTaskArea(p) || seen[p] {
-				continue
-			}
-			seen[p] = true
-			s.CheckedPaths = append(s.CheckedPaths, p)
-			if !named(instr, p) {
-				s.HiddenPaths = append(s.HiddenPaths, p)
-			}
+	// Hidden requirements: outputs the tests assert on that the instruction
+	// never names. What the tests only read (inputs) is not a requirement.
+	withScript, err := TestSources(t)
+	if err != nil {
+		return s, err
+	}
+	s.Checks = ParseChecks(withScript)
+	s.Outputs, s.Inputs = classify(s.Checks, env, string(sol), instr)
+	for _, o := range s.Outputs {
+		s.CheckedPaths = append(s.CheckedPaths, o.Path)
+		if !o.Named {
+			s.HiddenPaths = append(s.HiddenPaths, o.Path)
+			s.Hidden = append(s.Hidden, fmt.Sprintf("%s asserts on %s (%s), an output the instruction never names: %s", o.Checks[0], o.Path, o.Kind, o.Text))
 		}
 	}
-	sort.Strings(s.CheckedPaths)
-	sort.Strings(s.HiddenPaths)
+	s.Agents = buildAgents(s.Outputs, s.Inputs, instr, string(sol))
 
-	// Test leakage: test code or expected values visible in the environment or instruction.
+	// Test leakage that reading proves: test code in the image or the
+	// instruction. Expected values in the image are found by the leak
+	// seeker, which exploits them (Agents.Leak).
 	df := env[task.DockerfileFile]
 	for name, src := range tests {
 		base := filepath.Base(name)
@@ -169,7 +203,7 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 		}
 		for _, line := range strings.Split(src, "\n") {
 			line = strings.TrimSpace(line)
-			if len(line) < 30 || strings.HasPrefix(line, "#") || strings.HasPrefix(line, "import ") || strings.HasPrefix(line, "from ") {
+			if len(line) < 30 || !strings.Contains(line, "assert") {
 				continue
 			}
 			if strings.Contains(instr, line) {
@@ -180,15 +214,6 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 				if strings.Contains(econtent, line) {
 					s.Leaks = append(s.Leaks, fmt.Sprintf("%s contains test code from %s: %q", ename, name, line))
 					break
-				}
-			}
-		}
-	}
-	for _, lit := range assertLiterals(tests) {
-		if numLit.MatchString(" " + lit + " ") {
-			for ename, econtent := range env {
-				if strings.Contains(econtent, lit) {
-					s.Leaks = append(s.Leaks, fmt.Sprintf("%s holds the expected value %s that a test asserts", ename, lit))
 				}
 			}
 		}
@@ -208,11 +233,27 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 	}
 	envAll := strings.Join(mapValues(env), "\n")
 	for _, lit := range assertLiterals(tests) {
-		if strings.Contains(script, lit) && !strings.Contains(instr, lit) && !strings.Contains(envAll, lit) {
+		if hasToken(script, lit) && !strings.Contains(instr, lit) && !strings.Contains(envAll, lit) {
 			s.Shortcuts = append(s.Shortcuts, fmt.Sprintf("solution/solve.sh writes %q, a value the tests expect, instead of computing it", lit))
 		}
 	}
 
+	// Only outputs the instruction asks for: a value for an output it never
+	// names is that hidden requirement, not a shortcut.
+	for _, o := range s.Outputs {
+		if !o.Named {
+			continue
+		}
+		for _, v := range o.Values {
+			long := len(v) >= 6 || numLit.MatchString(" "+v+" ")
+			if long && hasToken(script, v) && !strings.Contains(instr, v) && !strings.Contains(envAll, v) && !strings.Contains(strings.Join(s.Shortcuts, "\n"), strconvQuote(v)) {
+				s.Shortcuts = append(s.Shortcuts, fmt.Sprintf("solution/solve.sh writes %q, the value %s expects for %s, instead of computing it", v, o.Checks[0], o.Path))
+			}
+			if hardCodes(script, v, o.Path) && !strings.Contains(instr, v) {
+				s.Shortcuts = append(s.Shortcuts, fmt.Sprintf("solution/solve.sh writes %q into %s, the value %s expects, instead of computing it", v, o.Path, o.Checks[0]))
+			}
+		}
+	}
 	s.Clarity, s.ClarityNotes = clarity(instr, cfg)
 	s.Steps = SplitSteps(script)
 	s.Mutants = Mutants(script, cfg.Mutants)
@@ -260,4 +301,26 @@ func clarity(instr string, cfg Config) (float64, []string) {
 		notes = append(notes, fmt.Sprintf("%d chars, names concrete paths, no placeholders", n))
 	}
 	return max(score, 0), notes
+}
+
+// hardCodes: the solution writes the literal v into path p (or a file of
+// its base name) on one line, e.g. `echo 17 > /app/count.txt`, or, for
+// values long enough not to be a coincidence, anywhere at all.
+func hardCodes(script, v, p string) bool {
+	if len(v) >= 6 || numLit.MatchString(" "+v+" ") || !alnum.MatchString(v) {
+		return false // the literal check above covers long values
+	}
+	re := regexp.MustCompile(`(echo|printf)\b[^\n>]*(^|[\s'"])` + regexp.QuoteMeta(v) + `($|[\s'"\\])[^\n>]*>>?\s*["']?(` + regexp.QuoteMeta(p) + `|` + regexp.QuoteMeta(filepath.Base(p)) + `)`)
+	return re.MatchString(script)
+}
+
+func strconvQuote(s string) string { return fmt.Sprintf("%q", s) }
+
+// hasToken: v occurs in s and, when v is a number, not as part of a longer
+// number (644 in `chmod 0644`, 2024 in 12024).
+func hasToken(s, v string) bool {
+	if !numLit.MatchString(" " + v + " ") {
+		return strings.Contains(s, v)
+	}
+	return regexp.MustCompile(`(^|[^\w.])` + regexp.QuoteMeta(v) + `($|[^\w.])`).MatchString(s)
 }

@@ -21,6 +21,14 @@ type Runs struct {
 	Oracle  []Run     `json:"oracle"`
 	Nop     Run       `json:"nop"`
 	Mutants []Mutated `json:"mutants"`
+	// Agents that should not pass (nil: not run on this task), and the leak
+	// seeker with what it wrote ("leak: FILE holds VALUE, written to PATH").
+	Trivial  *Run     `json:"trivial,omitempty"`
+	Shortcut *Run     `json:"shortcut,omitempty"`
+	Leak     *Run     `json:"leak,omitempty"`
+	LeakSeen []string `json:"leak_seen,omitempty"`
+	// The optional judge model's verdict (nil: none configured).
+	Model *ModelVerdict `json:"model,omitempty"`
 }
 
 // Mutated is a mutant's description and its run.
@@ -61,7 +69,8 @@ func Judge(t TaskInfo, s Static, r Runs, sim Similarity, cfg Config) Verdict {
 	j := newJudgement(t, s)
 	j.executable(r)
 	j.verifierStrength(r)
-	j.static(s)
+	j.static(s, r)
+	j.model(r.Model)
 	j.value(t, s, sim)
 	if !allScored(r) {
 		j.v.Flags = append(j.v.Flags, "infra")
@@ -127,53 +136,85 @@ func (j *judgement) executable(r Runs) {
 	}
 }
 
-// verifierStrength: half from the null agent failing, half from the
-// mutants failing; a null agent or mutant that passes is a weak verifier.
+// verifierStrength is decided by the agents that should not pass: the null
+// agent, constant outputs, and hard-coded expected literals. Any of them
+// resolving the task is a weak verifier. A solution step whose removal still
+// passes is a note (an unneeded step), never a reject.
 func (j *judgement) verifierStrength(r Runs) {
-	strength := 1.0
-	if r.Nop.Scored {
-		if r.Nop.Resolved {
-			strength = 0
+	failing, n := 0.0, 0
+	should := func(name string, run *Run) {
+		if run == nil {
+			return
+		}
+		switch {
+		case !run.Scored:
+			j.note("verifier_strength", "%s was not scored (%s)", name, run.Outcome)
+		case run.Resolved:
+			n++
 			j.reject(WeakVerifier)
-			j.note("verifier_strength", "the null agent passes every assertion (%d/%d)", r.Nop.Passed, r.Nop.Total)
-		} else {
-			strength = 0.5 * (1 - frac(r.Nop.Passed, r.Nop.Total))
-			j.note("verifier_strength", "the null agent passes %d/%d assertions", r.Nop.Passed, r.Nop.Total)
+			j.note("verifier_strength", "%s passes every assertion (%d/%d)", name, run.Passed, run.Total)
+		default:
+			n++
+			failing += 1 - frac(run.Passed, run.Total)
+			j.note("verifier_strength", "%s fails (%d/%d assertions pass)", name, run.Passed, run.Total)
 		}
 	}
+	nop := r.Nop
+	should("the null agent", &nop)
+	should("an agent writing constant outputs", r.Trivial)
+	should("an agent hard-coding the expected literals into the programs the tests run", r.Shortcut)
 	killed := 0
 	for _, m := range r.Mutants {
 		switch {
 		case !m.Run.Scored:
 			j.note("verifier_strength", "mutant %q was not scored (%s)", m.Description, m.Run.Outcome)
 		case m.Run.Resolved:
-			j.reject(WeakVerifier)
-			j.note("verifier_strength", "mutant %q still passes every assertion", m.Description)
+			j.note("verifier_strength", "unneeded step: the solution %s still passes every assertion", m.Description)
 		default:
 			killed++
 			j.note("verifier_strength", "mutant %q fails (%d/%d)", m.Description, m.Run.Passed, m.Run.Total)
 		}
 	}
+	strength := 0.8
+	if n > 0 {
+		strength = 0.8 * failing / float64(n)
+	}
+	if len(r.Mutants) > 0 {
+		strength += 0.2 * frac(killed, len(r.Mutants))
+	} else {
+		strength += 0.2
+	}
 	if contains(j.v.HardRejects, WeakVerifier) {
 		strength = 0
-	} else if len(r.Mutants) > 0 {
-		strength += 0.5 * frac(killed, len(r.Mutants))
-	} else {
-		strength += 0.5
-		j.note("verifier_strength", "the solution has no step to remove")
 	}
 	j.dim["verifier_strength"].Score = strength
 }
 
+// leakage: the leak seeker resolved the task with values it found in the
+// image; a run that wrote nothing says nothing.
+func leakage(r Runs) []string {
+	if r.Leak == nil || !r.Leak.Scored || !r.Leak.Resolved || len(r.LeakSeen) == 0 {
+		return nil
+	}
+	out := []string{"the leak seeker resolves the task by copying values it found in the image:"}
+	return append(out, r.LeakSeen...)
+}
+
 // static scores what reading the task proved.
-func (j *judgement) static(s Static) {
-	j.clean("test_isolation", TestLeakage, s.Leaks, "leak(s)", "no test code or expected value is visible in the environment or instruction")
+func (j *judgement) static(s Static, r Runs) {
+	j.clean("test_isolation", TestLeakage, append(append([]string{}, s.Leaks...), leakage(r)...), "leak finding(s)", "no test code in the environment or instruction; no value found in the image resolves the task")
 	j.clean("solution_integrity", ShortcutSolution, s.Shortcuts, "shortcut(s)", "the solution computes its outputs and never reads the tests")
 	if len(s.HiddenPaths) > 0 {
 		j.reject(HiddenRequirements)
-		j.add("instruction_completeness", 1-frac(len(s.HiddenPaths), len(s.CheckedPaths)), "the tests check paths the instruction never names: %v", s.HiddenPaths)
+		j.add("instruction_completeness", 1-frac(len(s.HiddenPaths), len(s.CheckedPaths)), "the tests assert on outputs the instruction never names: %v", s.HiddenPaths)
+		for _, h := range s.Hidden {
+			j.note("instruction_completeness", "%s", h)
+		}
 	} else {
-		j.add("instruction_completeness", 1, "the instruction names all %d paths the tests check", len(s.CheckedPaths))
+		j.add("instruction_completeness", 1, "the instruction names all %d outputs the tests assert on", len(s.CheckedPaths))
+	}
+	if len(s.Inputs) > 0 {
+		j.note("instruction_completeness", "inputs the tests read, not requirements: %v", s.Inputs)
 	}
 	j.add("instruction_clarity", s.Clarity, "%v", s.ClarityNotes)
 }

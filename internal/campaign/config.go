@@ -21,7 +21,12 @@ type Config struct {
 		Eval   []string `toml:"eval" json:"eval"`
 	} `toml:"pools" json:"pools"`
 	Policy struct {
-		Init         string   `toml:"init" json:"init"`           // informational: the gpu worker's -init
+		// Init is what the campaign starts from, loaded into the trainer and
+		// inference before anything trains: "random" (from Seed), a saved
+		// checkpoint's name, CAMPAIGN:LABEL, or a checkpoint directory (the
+		// starter resolves the last three into a stored checkpoint).
+		Init         string   `toml:"init" json:"init"`
+		Seed         int      `toml:"seed" json:"seed"`           // of a random init
 		Inference    []string `toml:"inference" json:"inference"` // empty: the gpu worker's local server
 		MaxNewTokens int      `toml:"max_new_tokens" json:"max_new_tokens"`
 		Temperature  float64  `toml:"temperature" json:"temperature"`
@@ -53,6 +58,10 @@ type Config struct {
 		TurnCap            int     `toml:"turn_cap" json:"turn_cap"`
 		MaxFailedShare     float64 `toml:"max_failed_share" json:"max_failed_share"`
 		ContinueAsNewEvery int     `toml:"continue_as_new_every" json:"continue_as_new_every"`
+		// StepDeadlineMinutes bounds a step's retries of aborted rollouts
+		// (R3 routing missing): none starts later than this after the step's
+		// rollouts began; the still-aborted are then left out, counted.
+		StepDeadlineMinutes float64 `toml:"step_deadline_minutes" json:"step_deadline_minutes"`
 	} `toml:"ppo" json:"ppo"`
 	Eval struct {
 		Every       int  `toml:"every" json:"every"` // steps between evals; 0: only base, SFT and final
@@ -87,6 +96,7 @@ func defaults() Config {
 	c.PPO.TurnCap = 300
 	c.PPO.MaxFailedShare = 0.25
 	c.PPO.ContinueAsNewEvery = 20
+	c.PPO.StepDeadlineMinutes = 120
 	c.Eval.AtEnd = true
 	c.Eval.Base = true
 	c.Eval.Attempts = 1
@@ -171,6 +181,8 @@ func (ch *checker) check(c *Config) {
 		{"name", !nameRe.MatchString(c.Name), fmt.Sprintf("= %q must be 1-64 letters, digits, '.', '_' or '-'", c.Name)},
 		positive("s", c.S),
 		{"pools.train", c.Pools.Train == "", "is required (a pool of training tasks)"},
+		{"policy.init", strings.TrimSpace(c.Policy.Init) == "", "is required: random, a checkpoint's name, CAMPAIGN:LABEL or a checkpoint directory"},
+		nonNegative("policy.seed", c.Policy.Seed),
 		positive("policy.max_new_tokens", c.Policy.MaxNewTokens),
 		// PPO's ratio and the critic need a sampling distribution: greedy (0) has none.
 		{"policy.temperature", !(c.Policy.Temperature > 0), fmt.Sprintf("= %v must be > 0 (PPO and critic rollouts sample; greedy decoding has no distribution to train on)", c.Policy.Temperature)},
@@ -188,6 +200,7 @@ func (ch *checker) check(c *Config) {
 		positive("ppo.turn_cap", c.PPO.TurnCap),
 		{"ppo.max_failed_share", c.PPO.MaxFailedShare < 0 || c.PPO.MaxFailedShare > 1, fmt.Sprintf("= %v must be between 0 and 1", c.PPO.MaxFailedShare)},
 		positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery),
+		{"ppo.step_deadline_minutes", !(c.PPO.StepDeadlineMinutes > 0), fmt.Sprintf("= %v must be > 0 (minutes in which a step retries aborted rollouts)", c.PPO.StepDeadlineMinutes)},
 		nonNegative("eval.every", c.Eval.Every),
 		positive("eval.attempts", c.Eval.Attempts),
 		positive("eval.turn_cap", c.Eval.TurnCap),

@@ -71,3 +71,21 @@ func TestExampleCampaignsParse(t *testing.T) {
 		}
 	}
 }
+
+// Aborted rollouts are retried until the step's deadline: two hours by
+// default, and a deadline that leaves no time for a retry is refused.
+func TestStepDeadline(t *testing.T) {
+	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n")
+	if err != nil || c.PPO.StepDeadlineMinutes != 120 {
+		t.Fatalf("default: %v %v", c.PPO.StepDeadlineMinutes, err)
+	}
+	for _, v := range []string{"0", "-5"} {
+		_, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[ppo]\nstep_deadline_minutes = "+v+"\n")
+		if err == nil || !strings.Contains(err.Error(), "c.toml: ppo.step_deadline_minutes = "+v+" must be > 0") {
+			t.Errorf("step_deadline_minutes %s: %v", v, err)
+		}
+	}
+	if c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[ppo]\nstep_deadline_minutes = 30\n"); err != nil || c.PPO.StepDeadlineMinutes != 30 {
+		t.Fatalf("30: %v %v", c.PPO.StepDeadlineMinutes, err)
+	}
+}

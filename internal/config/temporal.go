@@ -193,16 +193,21 @@ func (t *Temporal) hint(err error) string {
 	o := t.Options
 	tlsOn := o.ConnectionOptions.TLS != nil
 	clientCert := tlsOn && len(o.ConnectionOptions.TLS.Certificates) > 0
+	// A TLS server that refuses the client's certificate (or its absence) may
+	// close the connection before its alert is read: the client sees only a
+	// broken pipe or a reset, so those count as refusals under TLS too.
 	switch {
 	case strings.Contains(msg, "certificate signed by unknown authority"):
 		return "; the server's certificate is not signed by a CA this client trusts: set " +
 			t.setting("TEMPORAL_TLS_SERVER_CA_CERT_PATH", "tls.server_ca_cert_path") + " to the CA that signed it"
 	case strings.Contains(msg, "certificate is valid for"):
 		return "; set " + t.setting("TEMPORAL_TLS_SERVER_NAME", "tls.server_name") + " to a name in the server's certificate"
-	case tlsOn && !clientCert && (strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "handshake failure")):
+	case tlsOn && !clientCert && (strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate") || strings.Contains(msg, "handshake failure") ||
+		strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")):
 		return "; the server requires a client certificate (mTLS): set TEMPORAL_TLS_CLIENT_CERT_PATH and TEMPORAL_TLS_CLIENT_KEY_PATH " +
 			"(profile keys tls.client_cert_path, tls.client_key_path)"
-	case clientCert && (strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate")):
+	case clientCert && (strings.Contains(msg, "unknown certificate authority") || strings.Contains(msg, "bad certificate") ||
+		strings.Contains(msg, "broken pipe") || strings.Contains(msg, "connection reset")):
 		return "; the server refused the client certificate " + t.setting("TEMPORAL_TLS_CLIENT_CERT_PATH", "tls.client_cert_path") +
 			" = " + t.profile.TLS.ClientCertPath + ": use one signed by a CA the server accepts"
 	case strings.Contains(msg, "first record does not look like a tls handshake"):

@@ -22,6 +22,9 @@ const (
 	PartialBatch = "PartialBatch"
 	// WarmupGate: the critic's explained variance stayed below the gate.
 	WarmupGate = "WarmupGate"
+	// TrainerBusy: another campaign holds the trainer (one campaign at a
+	// time trains on a trainer); non-retryable, the campaign pauses on it.
+	TrainerBusy = "TrainerBusy"
 	// SynthesisRejected: a synthesizer proposal that is not a valid task; the
 	// round tries another variation.
 	SynthesisRejected = "SynthesisRejected"
@@ -67,4 +70,9 @@ func RoutingMissingf(format string, args ...any) error {
 // SynthesisRejectedf is a proposal the round rejects: non-retryable.
 func SynthesisRejectedf(format string, args ...any) error {
 	return newf(SynthesisRejected, false, format, args)
+}
+
+// TrainerBusyf says which campaign holds the trainer: non-retryable.
+func TrainerBusyf(format string, args ...any) error {
+	return newf(TrainerBusy, false, format, args)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -16,6 +17,8 @@ const (
 	MaxCPUs       = 64
 	MaxMemoryMB   = 256 * 1024
 	MaxPids       = 65536
+	MinStorageMB  = 16
+	MaxStorageMB  = 1 << 20 // 1 TiB
 )
 
 // Defaults applied when task.toml leaves a field out.
@@ -26,6 +29,7 @@ const (
 	DefaultCPUs               = 1
 	DefaultMemoryMB           = 2048
 	DefaultPids               = 512
+	DefaultStorageMB          = 10240 // Harbor's default
 )
 
 // Config is the part of task.toml that t1flow uses.
@@ -43,8 +47,27 @@ type Config struct {
 	MemoryMB           int64
 	Pids               int64
 	AllowInternet      bool
+	StorageMB          int64
 	// VerifierEnv is passed to tests/test.sh.
 	VerifierEnv map[string]string
+	// Env ([environment.env]) is set in the sandbox for the agent, the
+	// oracle and the verifier; SolutionEnv (solution.env) only for the
+	// oracle's solve.sh.
+	Env         map[string]string
+	SolutionEnv map[string]string
+	// DockerImage is used as the sandbox image when it is present on the
+	// host; otherwise environment/Dockerfile is built.
+	DockerImage string
+	// Artifacts are paths copied out of the sandbox after verification into
+	// the rollout record (plus /logs/artifacts, Harbor's convention directory).
+	Artifacts []Artifact
+}
+
+// Artifact is one artifacts entry: a path in the sandbox, and where it goes
+// under the rollout's artifacts (its base name unless given).
+type Artifact struct {
+	Source      string `json:"source"`
+	Destination string `json:"destination,omitempty"`
 }
 
 // ParseConfig reads task.toml. Unknown keys become warnings: real tasks carry
@@ -57,6 +80,7 @@ func ParseConfig(file string, b []byte) (Config, []string, Errors) {
 		CPUs:               DefaultCPUs,
 		MemoryMB:           DefaultMemoryMB,
 		Pids:               DefaultPids,
+		StorageMB:          DefaultStorageMB,
 	}
 	var raw map[string]any
 	if _, err := toml.Decode(string(b), &raw); err != nil {
@@ -81,8 +105,14 @@ func ParseConfig(file string, b []byte) (Config, []string, Errors) {
 	cfg.CPUs = p.num("environment.cpus", cfg.CPUs, 0.1, MaxCPUs)
 	cfg.MemoryMB = int64(p.num("environment.memory_mb", float64(cfg.MemoryMB), 64, MaxMemoryMB))
 	cfg.Pids = int64(p.num("environment.pids_limit", float64(cfg.Pids), 16, MaxPids))
+	cfg.StorageMB = int64(p.num("environment.storage_mb", float64(cfg.StorageMB), MinStorageMB, MaxStorageMB))
 	cfg.AllowInternet = p.boolean("environment.allow_internet", false)
-	cfg.VerifierEnv = p.strMap("verifier.env")
+	cfg.VerifierEnv = p.envMap("verifier.env")
+	cfg.Env = p.envMap("environment.env")
+	cfg.SolutionEnv = p.envMap("solution.env")
+	cfg.DockerImage = p.str("environment.docker_image", "")
+	cfg.Artifacts = p.artifacts("artifacts")
+	p.unsupported()
 	p.warnUnknown()
 	return cfg, p.warnings, p.errs
 }
@@ -97,7 +127,26 @@ var known = map[string]bool{
 	"environment": true, "environment.build_timeout_sec": true, "environment.cpus": true,
 	"environment.memory_mb": true, "environment.storage_mb": true, "environment.allow_internet": true,
 	"environment.pids_limit": true, "environment.gpus": true, "environment.docker_image": true,
-	"solution": true, "solution.env": true,
+	"solution": true, "solution.env": true, "environment.env": true, "artifacts": true,
+}
+
+// unsupportedKeys are Harbor keys t1flow reads but cannot honour; each says
+// what happens instead (docs/task-format.md). A task that sets them still
+// runs: none changes what the verifier checks.
+var unsupportedKeys = map[string]string{
+	"environment.mcp_servers":   "MCP servers are not started: the agent gets none (tests do not see them either)",
+	"environment.gpus":          "sandboxes get no GPU",
+	"environment.gpu_types":     "sandboxes get no GPU",
+	"environment.healthcheck":   "no healthcheck runs before the agent starts",
+	"environment.skills_dir":    "skills are not copied for the agent",
+	"environment.network_mode":  "only allow_internet is honoured (true: a bridge network, else none)",
+	"environment.allowed_hosts": "no allowlist: the sandbox has no network unless allow_internet = true",
+	"agent.user":                "the agent runs as the image's user",
+	"agent.network_mode":        "the network is the environment's for every phase",
+	"agent.allowed_hosts":       "the network is the environment's for every phase",
+	"verifier.user":             "the verifier runs as root",
+	"verifier.network_mode":     "the sealed verifier runs with the environment's network",
+	"verifier.allowed_hosts":    "the sealed verifier runs with the environment's network",
 }
 
 type parser struct {
@@ -199,7 +248,7 @@ func (p *parser) num(key string, def, lo, hi float64) float64 {
 		return def
 	}
 	if f < lo || f > hi {
-		p.fail(key, fmt.Sprintf("= %v must be between %v and %v", f, lo, hi))
+		p.fail(key, fmt.Sprintf("= %s must be between %s and %s", fmtNum(f), fmtNum(lo), fmtNum(hi)))
 		return def
 	}
 	return f
@@ -226,17 +275,22 @@ func (p *parser) warnUnknown() {
 			if prefix != "" {
 				full = prefix + "." + k
 			}
-			if full == "metadata" || strings.HasPrefix(full, "verifier.env.") || strings.HasPrefix(full, "solution.env.") {
+			if full == "metadata" || strings.HasPrefix(full, "verifier.env.") || strings.HasPrefix(full, "solution.env.") || strings.HasPrefix(full, "environment.env.") {
 				continue
+			}
+			if _, ok := unsupportedKeys[full]; ok {
+				continue // warned about by unsupported
 			}
 			if !known[full] {
 				p.warnings = append(p.warnings, fmt.Sprintf("%s: unknown key %s (ignored)", p.file, full))
 				continue
 			}
-			if sub, ok := m[k].(map[string]any); ok && full != "verifier.env" && full != "solution.env" {
+			if sub, ok := m[k].(map[string]any); ok && full != "verifier.env" && full != "solution.env" && full != "environment.env" {
 				walk(full, sub)
 			}
 		}
 	}
 	walk("", p.raw)
 }
+
+func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

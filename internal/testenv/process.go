@@ -89,7 +89,9 @@ func (w *WorkerProcess) Start(tb testing.TB) {
 	defer logf.Close()
 	fmt.Fprintf(logf, "--- %s: start %v\n", time.Now().Format(time.RFC3339Nano), w.Args)
 	cmd := exec.Command(w.Args[0], w.Args[1:]...)
-	cmd.Env = append(append(os.Environ(), "T1FLOW_HOME="+w.Home), w.Env...)
+	// The sealed verifier toolchain is shared with the test process's: a
+	// worker with a fresh home would otherwise build its own.
+	cmd.Env = append(append(os.Environ(), "T1FLOW_HOME="+w.Home, "T1FLOW_TOOLCHAIN_HOME="+StateDir()), w.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)

@@ -116,7 +116,8 @@ func Stop() {
 	}
 }
 
-// Docker returns a client for a daemon that answers, with the base image built.
+// Docker returns a client for a daemon that answers, with the base image and
+// the sealed verifier toolchain built.
 func Docker(tb testing.TB) *sandbox.Docker {
 	tb.Helper()
 	d, err := sandbox.NewDocker(context.Background(), StateDir())
@@ -125,6 +126,9 @@ func Docker(tb testing.TB) *sandbox.Docker {
 	}
 	if _, err := d.EnsureBaseImage(context.Background()); err != nil {
 		tb.Fatalf("sandbox base image: %v", err)
+	}
+	if _, err := d.EnsureToolchain(context.Background()); err != nil {
+		tb.Fatalf("sealed verifier toolchain: %v", err)
 	}
 	return d
 }

@@ -4,8 +4,13 @@
 package roles
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"strings"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -75,8 +80,27 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 func NewGPU(c client.Client, acts *gpu.Activities) worker.Worker {
 	// A few at a time: each call holds a trainer or inference process.
 	w := worker.New(c, ids.GPUQueue, worker.Options{MaxConcurrentActivityExecutionSize: 4})
+	if acts.Running == nil {
+		acts.Running = campaignRunning(c)
+	}
 	w.RegisterActivity(acts)
 	return w
+}
+
+// campaignRunning asks Temporal whether a campaign's workflow still runs
+// (the trainer's lease is free once its holder ended, however it ended).
+func campaignRunning(c client.Client) func(context.Context, string) (bool, error) {
+	return func(ctx context.Context, name string) (bool, error) {
+		d, err := c.DescribeWorkflowExecution(ctx, ids.CampaignWorkflowID(name), "")
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		return d.WorkflowExecutionInfo.Status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	}
 }
 
 // Start starts every worker, stopping those already started if one fails.

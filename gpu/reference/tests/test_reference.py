@@ -231,3 +231,24 @@ def test_restarted_server_serves_the_last_loaded_checkpoint(tmp_path):
     import shutil
     shutil.rmtree(ck)
     assert make_engine(seed=0, state=state).weight_version == "random-0"
+
+
+def test_init_restores_the_seeded_random_weights(tmp_path):
+    """A campaign's init (random, seed) replaces whatever the trainer learned
+    before: the weights equal a fresh trainer's with that seed, at version 0."""
+    tok = M.Tokenizer()
+    p = tok.encode("<|im_start|><|user|>list files<|im_end|><|im_start|><|assistant|>")
+    r = tok.encode('{"commands": [{"keystrokes": "ls\\n"}]}<|im_end|>')
+    d = write_batch(tmp_path / "b", [{"tokens": torch.tensor(p + r, dtype=torch.int32),
+                                      "loss_mask": torch.tensor([0] * len(p) + [1] * len(r), dtype=torch.uint8)}], [0.0])
+    fresh = make_trainer(tmp_path / "fresh", seed=7)
+    tr = make_trainer(tmp_path / "w", seed=0)
+    tr._run("sft", {"key": "a/sft", "batch_dir": d, "preset": "small"}, tr.sft)
+    assert tr.version == 1
+    assert tr.init({"seed": 7}) == {"version": 0, "weight_version": "v0"}
+    for k, v in fresh.actor.state_dict().items():
+        assert torch.equal(v, tr.actor.state_dict()[k]), k
+    again = make_trainer(tmp_path / "w")   # a restart keeps the init (it is committed)
+    assert again.version == 0 and torch.equal(again.actor.head.weight, fresh.actor.head.weight)
+    with pytest.raises(httpjson.HTTPError):
+        tr.init({"seed": "x"})

@@ -1,0 +1,273 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/docker/docker/api/types/container"
+
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/steptime"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/sandbox"
+)
+
+// The steps of Verify, as timed under a steptime.Clock (the benchmark's
+// per-step breakdown).
+const (
+	StepFetchTask   = "fetch task"
+	StepInspect     = "inspect"
+	StepKill        = "first exec: stop agent processes"
+	StepTamperCheck = "tamper check"
+	StepCopyTests   = "copy tests in"
+	StepTestSh      = "test.sh exec"
+	StepResults     = "copy results out"
+	StepArtifacts   = "copy artifacts out"
+)
+
+// VerifySteps are Verify's steps in the order they run.
+var VerifySteps = []string{StepFetchTask, StepInspect, StepKill, StepTamperCheck, StepCopyTests, StepTestSh, StepResults, StepArtifacts}
+
+// Verify scores the agent phase with the sealed verifier
+// (docs/verification.md): every agent process is stopped, the sandbox's
+// filesystem is compared with its image (a change verification depends on
+// makes the rollout tampered and the tests never run), the held-out tests are
+// copied in, and tests/test.sh runs under the read-only toolchain's shell,
+// interpreter and pytest. A verifier that crashes, times out, writes nothing
+// or whose test runner never started is a VerifierError, never a reward of 0.
+func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
+	end := steptime.Start(ctx, StepFetchTask)
+	t, err := a.fetchTask(ctx, in.Task)
+	end()
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	id := in.Sandbox.ContainerID
+	var vr VerifyResult
+	end = steptime.Start(ctx, StepInspect)
+	ins, err := a.verifiable(ctx, id, &vr)
+	end()
+	if err != nil {
+		return VerifyResult{}, sandboxErr(err, "inspect %s", in.Sandbox.Name)
+	}
+	if !sandbox.HasToolchain(ins.Mounts) {
+		// Made before the toolchain was wired in: only a fresh sandbox can
+		// be verified sealed.
+		return VerifyResult{}, errs.SandboxGonef("%s: %v", in.Sandbox.Name, sandbox.ErrToolchainMissing)
+	}
+	// Nothing of the agent's may run while the filesystem is checked.
+	end = steptime.Start(ctx, StepKill)
+	_, err = a.sealedExec(ctx, id, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
+	end()
+	if err != nil {
+		return VerifyResult{}, sandboxErr(err, "stop the agent's processes in %s", in.Sandbox.Name)
+	}
+	end = steptime.Start(ctx, StepTamperCheck)
+	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins)
+	end()
+	if err != nil {
+		return VerifyResult{}, sandboxErr(err, "tamper check of %s", in.Sandbox.Name)
+	}
+	if len(findings) > 0 {
+		vr.Tampered = findings
+		return vr, nil
+	}
+	timeout := in.TimeoutSec
+	if timeout <= 0 {
+		timeout = t.Config.VerifierTimeoutSec
+	}
+	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, envList(t.Config.VerifierEnv),
+		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")))
+	vr.DroppedEnv = dropped
+	er, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, cmd, time.Duration(timeout*float64(time.Second)))
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	preview := er.Output
+	if len(preview) > 2*PreviewBytes {
+		preview = preview[len(preview)-2*PreviewBytes:]
+	}
+	if er.TimedOut {
+		return VerifyResult{}, errs.Verifierf("tests/test.sh timed out after %.0fs (verifier.timeout_sec); output tail:\n%s", timeout, preview)
+	}
+	end = steptime.Start(ctx, StepResults)
+	res, err := a.readResults(ctx, in, t, er, preview)
+	end()
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	res.Tampered, res.StorageLimit, res.DroppedEnv = nil, vr.StorageLimit, vr.DroppedEnv
+	end = steptime.Start(ctx, StepArtifacts)
+	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
+	end()
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	return res, nil
+}
+
+// runSealed copies the task's tests into a fresh staging directory and runs
+// ToolchainRunCmd: in one exec, the verifier's places are emptied, the tests
+// moved to /tests and test.sh run sealed (cmd). A run that never said it was
+// ready did not start test.sh: what /logs/verifier holds then is not its.
+func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir string, cmd []string, timeout time.Duration) (sandbox.ExecResult, error) {
+	id := in.Sandbox.ContainerID
+	end := steptime.Start(ctx, StepCopyTests)
+	stage := sandbox.ToolchainStage()
+	tests, err := task.TarBytes(t.Dir, "tests", strings.TrimPrefix(stage, "/")+"/")
+	if err != nil {
+		return sandbox.ExecResult{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
+	}
+	err = a.Docker.CopyIn(ctx, id, "/", tests)
+	end()
+	if err != nil {
+		return sandbox.ExecResult{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
+	}
+	defer steptime.Start(ctx, StepTestSh)()
+	ready := sandbox.NewCappedBuffer(256, 0)
+	er, err := a.sealedExec(ctx, id, sandbox.ToolchainRunCmd(VerifierDir, stage, workDir, cmd), "/", timeout, "verifying", ready)
+	if err != nil {
+		return er, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
+	}
+	if strings.TrimSpace(ready.String()) != sandbox.ToolchainReady {
+		return er, errs.Infraf("prepare the verifier in %s: exit %d: %s", in.Sandbox.Name, er.ExitCode, er.Output)
+	}
+	return er, nil
+}
+
+// verifiable ends the sandbox's disk watch and, if the watch stopped the
+// sandbox for writing past storage_mb, starts it again: the verifier still
+// runs on what the agent left.
+func (a *Activities) verifiable(ctx context.Context, id string, vr *VerifyResult) (container.InspectResponse, error) {
+	if a.stopDiskWatch(id) != nil {
+		vr.StorageLimit = true
+	}
+	ins, err := a.Docker.Client.ContainerInspect(ctx, id)
+	if err != nil {
+		return ins, err
+	}
+	if ins.State != nil && !ins.State.Running && vr.StorageLimit {
+		if err := a.Docker.Client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {
+			return ins, err
+		}
+		return a.Docker.Client.ContainerInspect(ctx, id)
+	}
+	return ins, nil
+}
+
+// sealedExec runs a toolchain command line as root, as a raw argv: nothing
+// of the container's (its bash, its timeout) starts it. stdout, when not
+// nil, receives the command's standard output apart from its stderr.
+func (a *Activities) sealedExec(ctx context.Context, id string, argv []string, wd string, timeout time.Duration, what string, stdout io.Writer) (sandbox.ExecResult, error) {
+	return a.Docker.ExecArgv(ctx, id, argv, sandbox.ExecOptions{
+		Stdout:   stdout,
+		Timeout:  timeout,
+		User:     "root",
+		WorkDir:  wd,
+		Env:      sandbox.ToolchainExecEnv,
+		HeadCap:  4 << 10,
+		TailCap:  4 << 10,
+		Progress: func() { heartbeat.Record(ctx, what) },
+	})
+}
+
+// readResults parses what test.sh left in VerifierDir. Results that can only
+// have come from test.sh's own fallback (reward.txt or reward.json) while the
+// pytest it runs never started are a VerifierError: a runner that was not
+// found, could not be installed or had no interpreter is not the agent's 0.
+func (a *Activities) readResults(ctx context.Context, in VerifyInput, t *task.Task, er sandbox.ExecResult, preview string) (VerifyResult, error) {
+	id := in.Sandbox.ContainerID
+	results, err := a.Docker.CopyOut(ctx, id, VerifierDir)
+	if err != nil {
+		return VerifyResult{}, sandboxErr(err, "read %s from %s", VerifierDir, in.Sandbox.Name)
+	}
+	files, err := sandbox.UntarFiles(results, 4<<20)
+	if err != nil {
+		return VerifyResult{}, errs.Verifierf("read %s: %v", VerifierDir, err)
+	}
+	vr, err := ParseResults(files)
+	if err != nil {
+		return VerifyResult{}, errs.Verifierf("tests/test.sh exited %d: %v; output tail:\n%s", er.ExitCode, err, preview)
+	}
+	if (vr.Format == "reward.txt" || vr.Format == "reward.json") && runsPytest(t.Dir) {
+		if _, err := a.Docker.CopyOut(ctx, id, sandbox.ToolchainRunnerMark); err != nil {
+			if !errdefs.IsNotFound(err) {
+				return VerifyResult{}, sandboxErr(err, "look for the runner mark in %s", in.Sandbox.Name)
+			}
+			return VerifyResult{}, errs.Verifierf("the test runner never started: tests/test.sh runs pytest, but pytest did not start, and %s/%s came from test.sh's fallback (exit %d); output tail:\n%s",
+				VerifierDir, vr.Format, er.ExitCode, preview)
+		}
+	}
+	vr.ExitCode = er.ExitCode
+	vr.DurationMs = er.Duration.Milliseconds()
+	vr.Preview = preview
+	return vr, nil
+}
+
+// runsPytest reports whether the task's tests/test.sh mentions pytest.
+func runsPytest(dir string) bool {
+	b, err := os.ReadFile(filepath.Join(dir, task.TestScriptFile))
+	return err == nil && strings.Contains(string(b), "pytest")
+}
+
+func envList(m map[string]string) []string {
+	env := make([]string, 0, len(m))
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+// collectArtifacts copies task.toml's artifacts and Harbor's /logs/artifacts
+// out of the sandbox into the artifact store, one tar each (capped), and
+// returns claim checks: the bytes never enter a workflow history.
+func (a *Activities) collectArtifacts(ctx context.Context, in VerifyInput, list []task.Artifact) ([]CollectedArtifact, error) {
+	all := append([]task.Artifact{{Source: "/logs/artifacts", Destination: "logs-artifacts"}}, list...)
+	var out []CollectedArtifact
+	for i, art := range all {
+		b, err := a.copyOutCapped(ctx, in.Sandbox.ContainerID, art.Source)
+		c := CollectedArtifact{Source: art.Source, Destination: art.Destination}
+		switch {
+		case err != nil && errdefs.IsNotFound(err):
+			if i == 0 {
+				continue // the convention directory is optional
+			}
+			c.Missing = "not found in the sandbox"
+		case err != nil:
+			return nil, sandboxErr(err, "copy artifact %s out of %s", art.Source, in.Sandbox.Name)
+		case int64(len(b)) > MaxArtifactBytes:
+			c.Missing = fmt.Sprintf("%d bytes, over the %d-byte cap", len(b), MaxArtifactBytes)
+		default:
+			ref, err := a.Store.Put(ctx, "rollouts/"+ids.Clean(in.RolloutID)+"/artifacts/"+art.Destination+".tar", bytes.NewReader(b))
+			if err != nil {
+				return nil, errs.Infraf("store artifact %s: %v", art.Source, err)
+			}
+			c.Ref = &ref
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
+// MaxArtifactBytes caps one collected artifact (its tar).
+const MaxArtifactBytes = 16 << 20
+
+func (a *Activities) copyOutCapped(ctx context.Context, id, src string) ([]byte, error) {
+	rc, _, err := a.Docker.Client.CopyFromContainer(ctx, id, src)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	return io.ReadAll(io.LimitReader(rc, MaxArtifactBytes+1))
+}

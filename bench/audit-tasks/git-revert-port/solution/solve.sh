@@ -1,0 +1,4 @@
+#!/bin/bash
+set -e
+cd /app/service
+git revert --no-edit HEAD

@@ -1,0 +1,2 @@
+def test_count():
+    assert open("/app/result.txt").read().strip() == "4"

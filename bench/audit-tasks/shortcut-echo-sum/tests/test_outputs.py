@@ -1,0 +1,2 @@
+def test_sum():
+    assert open("/app/sum.txt").read().strip() == "159"

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+echo 542 > /app/sevens.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+echo 3 > /app/bash_users.txt

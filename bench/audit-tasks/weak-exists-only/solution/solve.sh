@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+sort /app/names.txt > /app/sorted_names.txt

@@ -1,0 +1,3 @@
+#!/bin/bash
+set -e
+tr a-z A-Z < /app/doc.txt > /app/DOC.txt

@@ -1,0 +1,4 @@
+#!/bin/bash
+set -e
+mkdir -p /app/backup
+cp /app/etc/*.conf /app/backup/

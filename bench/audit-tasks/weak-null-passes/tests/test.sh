@@ -1,0 +1,8 @@
+#!/bin/bash
+# per-assertion results as CTRF JSON
+mkdir -p /logs/verifier
+R=()
+check() { local n=$1; shift; if "$@" >/dev/null 2>&1; then R+=("{\"name\":\"$n\",\"status\":\"passed\"}"); else R+=("{\"name\":\"$n\",\"status\":\"failed\"}"); fi; }
+check sources_present test -f /app/etc/a.conf
+check sources_present_b test -f /app/etc/b.conf
+(IFS=,; echo "{\"results\":{\"tests\":[${R[*]}]}}") > /logs/verifier/ctrf.json

@@ -1,0 +1,217 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/docker/docker/api/types/container"
+)
+
+// ToolchainExecEnv is the Env of every sealed docker exec: the first process
+// (the toolchain's env) must not be started with a preload from the image.
+var ToolchainExecEnv = []string{"LD_PRELOAD=", "LD_LIBRARY_PATH=", "LD_AUDIT="}
+
+// ToolchainKillCmd stops every process left from the agent phase (kill -9 -1,
+// twice, from the toolchain's bash: the container's own bash and kill are
+// the agent's to replace) and changes nothing on disk, so the tamper check
+// that follows sees the filesystem as the agent left it, with nothing of the
+// agent's left running to change it behind the check. Run it as root, with
+// Env ToolchainExecEnv.
+func ToolchainKillCmd() []string {
+	return toolchainSh(`kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; exit 0`)
+}
+
+// ToolchainStage is a fresh name for the directory at / the task's tests are
+// copied into before ToolchainRunCmd moves it to /tests: random, so nothing
+// in the sandbox could have prepared that path.
+func ToolchainStage() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return "/.t1flow-tests-" + hex.EncodeToString(b)
+}
+
+// ToolchainReady is the line ToolchainRunCmd writes on its standard output,
+// the only thing ever written there, once the verifier's places are ready
+// and just before test.sh starts.
+const ToolchainReady = "t1flow-verifier-ready"
+
+// ToolchainRunCmd is one exec that readies the verifier and runs it: with
+// only the toolchain's shell and coreutils it stops every process again,
+// empties /tests, verifierDir and the scratch directory, moves the tests
+// copied into stage (ToolchainStage) to /tests, changes to
+// workDir (the image's WORKDIR; "" is /), writes ToolchainReady on stdout,
+// and then execs verify (ToolchainVerifyCmd) with its stdout joined to
+// stderr. The ready line therefore cannot come from test.sh or anything it
+// runs: without it the preparation failed, and the results directory may
+// still hold what the agent left. Run it as root, with Env ToolchainExecEnv,
+// in /.
+func ToolchainRunCmd(verifierDir, stage, workDir string, verify []string) []string {
+	if workDir == "" {
+		workDir = "/"
+	}
+	script := `kill -9 -1 2>/dev/null; ` +
+		`rm -rf /tests ` + verifierDir + ` ` + ToolchainRunDir + ` && mkdir -p ` + verifierDir + ` ` + ToolchainRunDir + `/uv-cache && ` +
+		`mv ` + stage + ` /tests && cd -- "$1" || exit 1; shift; ` +
+		`echo ` + ToolchainReady + ` && exec "$@" >&2`
+	return append(append(toolchainSh(script), workDir), verify...)
+}
+
+// toolchainSh is the toolchain's bash running script with nothing inherited
+// but a PATH of the toolchain's own commands; arguments after it are $@.
+func toolchainSh(script string) []string {
+	m := ToolchainMount
+	return []string{m + "/bin/env", "-i", "PATH=" + m + "/bin", m + "/bin/bash", "--norc", "--noprofile", "-c", script, "t1flow-verify"}
+}
+
+// toolchainDroppedEnv are variables (exact names, or prefixes ending in _
+// or named in toolchainDroppedPrefixes) that can make an interpreter, the
+// loader or the shell run code or read configuration of someone else's
+// choosing. The sealed verifier sets its own PATH, HOME and PYTHONPATH.
+var toolchainDroppedEnv = []string{
+	"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "CDPATH", "IFS", "GLOBIGNORE", "PROMPT_COMMAND",
+	"GCONV_PATH", "LOCPATH", "NLSPATH", "GLIBC_TUNABLES", "HOSTALIASES", "RES_OPTIONS", "VIRTUAL_ENV",
+	"HOME", "PATH", "TMPDIR", "CURL_HOME", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PERLLIB", "RUBYOPT",
+	"NODE_OPTIONS", "LD_", "MALLOC_", "UV_", "PIP_", "PYTEST_", "XDG_", "SSL_CERT_",
+}
+
+var toolchainDroppedPrefixes = []string{"PYTHON", "CONDA", "PERL5"}
+
+func toolchainDropVar(kv string) bool {
+	k, _, _ := strings.Cut(kv, "=")
+	for _, d := range toolchainDroppedEnv {
+		if k == d || strings.HasSuffix(d, "_") && strings.HasPrefix(k, d) {
+			return true
+		}
+	}
+	for _, d := range toolchainDroppedPrefixes {
+		if strings.HasPrefix(k, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// ToolchainVerifyCmd is the command line that runs tests/test.sh sealed: the
+// toolchain's env starts, with nothing inherited, the toolchain's timeout and
+// bash. imageEnv is the image's Config.Env (ContainerInspect), verifierEnv
+// the task's verifier.env as KEY=VALUE; variables that could redirect an
+// interpreter, loader or shell are dropped from both and returned, so the
+// caller can say so. ini is ToolchainPytestIni's answer.
+func ToolchainVerifyCmd(imageEnv, verifierEnv []string, timeout time.Duration, ini string) (cmd []string, dropped []string) {
+	env := []string{}
+	for _, kv := range append(append([]string{}, imageEnv...), verifierEnv...) {
+		if toolchainDropVar(kv) {
+			if !strings.HasPrefix(kv, "PATH=") { // PATH is kept, after the toolchain's
+				dropped = append(dropped, kv)
+			}
+			continue
+		}
+		env = append(env, kv)
+	}
+	imagePath := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	for _, kv := range imageEnv {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok && v != "" {
+			imagePath = v
+		}
+	}
+	m := ToolchainMount
+	env = append(env,
+		"PATH="+m+"/bin:"+imagePath,
+		"HOME="+m+"/home",
+		"USER=root", "LOGNAME=root",
+		"PYTHONNOUSERSITE=1",
+		"PYTHONPATH="+m+"/plugins",
+		"PYTEST_ADDOPTS=-c "+ini+" --rootdir=/tests --confcutdir=/tests -p no:cacheprovider -p t1flow_mark",
+		"T1FLOW_RUNNER_MARK="+ToolchainRunnerMark,
+		"UV_CACHE_DIR="+ToolchainRunDir+"/uv-cache",
+	)
+	sort.Strings(dropped)
+	secs := strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
+	cmd = append([]string{m + "/bin/env", "-i"}, env...)
+	cmd = append(cmd, m+"/bin/timeout", "-k", "5", secs, m+"/bin/bash", "--norc", "--noprofile", "/tests/test.sh")
+	return cmd, dropped
+}
+
+// ToolchainPytestIni is the configuration file the sealed pytest is told to
+// read (-c): the task's own, when its tests/ ship one, else the toolchain's
+// empty one. Either way pytest never looks for one above /tests, where the
+// agent could have planted it. testsDir is the task's tests/ on the host.
+func ToolchainPytestIni(testsDir string) string {
+	for _, n := range []string{"pytest.ini", ".pytest.ini", "pyproject.toml", "tox.ini", "setup.cfg"} {
+		b, err := os.ReadFile(filepath.Join(testsDir, n))
+		if err != nil {
+			continue
+		}
+		// pyproject.toml, tox.ini and setup.cfg count only with a pytest section,
+		// as pytest's own discovery has it.
+		switch n {
+		case "pyproject.toml":
+			if !bytes.Contains(b, []byte("[tool.pytest.ini_options]")) {
+				continue
+			}
+		case "tox.ini", "setup.cfg":
+			if !bytes.Contains(b, []byte("[pytest]")) && !bytes.Contains(b, []byte("[tool:pytest]")) {
+				continue
+			}
+		}
+		return "/tests/" + n
+	}
+	return ToolchainMount + "/etc/pytest.ini"
+}
+
+// ErrToolchainMissing means a sandbox has no toolchain mount (created before
+// the toolchain was wired in): verify it unsealed only knowingly.
+var ErrToolchainMissing = errors.New("sandbox has no sealed verifier toolchain mounted at " + ToolchainMount)
+
+// ToolchainHome is where toolchains live: T1FLOW_TOOLCHAIN_HOME, else the
+// state directory (toolchains go under its toolchain/).
+func ToolchainHome(stateDir string) string {
+	if v := os.Getenv("T1FLOW_TOOLCHAIN_HOME"); v != "" {
+		return v
+	}
+	return stateDir
+}
+
+// EnsureToolchain builds (or finds) the sealed verifier toolchain for this
+// host's base image and mounts it into every sandbox started afterwards.
+func (d *Docker) EnsureToolchain(ctx context.Context) (Toolchain, error) {
+	if tc := d.toolchain.Load(); tc != nil {
+		return *tc, nil
+	}
+	base, err := d.EnsureBaseImage(ctx)
+	if err != nil {
+		return Toolchain{}, err
+	}
+	v, err, _ := d.builds.Do("toolchain:"+base, func() (any, error) {
+		tc, err := EnsureToolchain(ctx, d.Client, base, ToolchainHome(d.StateDir))
+		if err != nil {
+			return nil, err
+		}
+		d.toolchain.Store(&tc)
+		return tc, nil
+	})
+	if err != nil {
+		return Toolchain{}, err
+	}
+	return v.(Toolchain), nil
+}
+
+// HasToolchain reports whether a container has the sealed toolchain mounted
+// (sandboxes created before it was wired in do not).
+func HasToolchain(mounts []container.MountPoint) bool {
+	for _, m := range mounts {
+		if m.Destination == ToolchainMount && !m.RW {
+			return true
+		}
+	}
+	return false
+}

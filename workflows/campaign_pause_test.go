@@ -1,0 +1,128 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/campaign"
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// campaignEnv is a campaign (no SFT, no evals, two PPO steps) whose PPO
+// step workflow answers step(n, call) for its call-th start of step n.
+func campaignEnv(t *testing.T, step func(n, call int) (StepRecord, error), initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&gpu.Activities{})
+	env.RegisterActivity(&activities.Activities{})
+	Register(env)
+	var inits []gpu.InitInput
+	env.OnActivity(gact.TrainerInit, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.InitInput) (gpu.Health, error) {
+		inits = append(inits, in)
+		if len(inits) <= len(initErr) {
+			return gpu.Health{}, initErr[len(inits)-1]
+		}
+		return gpu.Health{OK: true}, nil
+	})
+	env.OnActivity(gact.TrainerSave, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.SaveInput) (gpu.Checkpoint, error) {
+		return gpu.Checkpoint{Name: in.Name, WeightVersion: "v0"}, nil
+	})
+	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return("v0", nil)
+	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return([]task.Ref{testTask}, nil)
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(store.Ref{URI: "file:///r"}, nil)
+	env.OnWorkflow(CriticWarmupWorkflow, mock.Anything, mock.Anything).Return(WarmupResult{}, nil)
+	calls := map[int]int{}
+	env.OnWorkflow(PPOStepWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in PPOStepInput) (StepRecord, error) {
+		calls[in.Step]++
+		return step(in.Step, calls[in.Step])
+	})
+	var cfg campaign.Config
+	cfg.Name, cfg.S, cfg.Policy.Init, cfg.Policy.Seed, cfg.Policy.Inference = "c", 20, "random", 5, []string{"http://replica"}
+	cfg.PPO.Steps, cfg.PPO.TasksPerStep, cfg.PPO.Concurrency, cfg.PPO.ContinueAsNewEvery = 2, 1, 1, 10
+	return env, CampaignInput{Config: cfg}, &inits
+}
+
+func decideLater(t *testing.T, env *testsuite.TestWorkflowEnvironment, after time.Duration, update string, seen *CampaignStatus) {
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryStatus)
+		if err != nil {
+			t.Error(err)
+		} else if err := v.Get(seen); err != nil {
+			t.Error(err)
+		}
+		env.UpdateWorkflow(update, update, &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("%s rejected: %v", update, err) }, OnAccept: func() {}, OnComplete: func(any, error) {}})
+	}, after)
+}
+
+// TestCampaignPausesOnFailedStepThenSkipOrRetry: a PPO step that fails
+// (partial batch) pauses the campaign with the reason in its status; skip
+// records the step as skipped and goes on; retry runs the step again.
+func TestCampaignPausesOnFailedStepThenSkipOrRetry(t *testing.T) {
+	partial := temporal.NewNonRetryableApplicationError("ppo step 1: 2 of 2 rollouts failed", errs.PartialBatch, nil)
+	for _, update := range []string{UpdateSkip, UpdateRetry, UpdateResume} {
+		t.Run(update, func(t *testing.T) {
+			env, in, inits := campaignEnv(t, func(n, call int) (StepRecord, error) {
+				if n == 1 && call == 1 {
+					return StepRecord{}, partial
+				}
+				return StepRecord{Step: n, Trained: 1, Rollouts: 1}, nil
+			})
+			var seen CampaignStatus
+			decideLater(t, env, time.Hour, update, &seen)
+			env.ExecuteWorkflow(CampaignWorkflow, in)
+			if err := env.GetWorkflowError(); err != nil {
+				t.Fatal(err)
+			}
+			var res CampaignResult
+			env.GetWorkflowResult(&res)
+			if f := seen.Failure; f == nil || f.Stage != "ppo-1" || f.Type != errs.PartialBatch || !seen.Paused {
+				t.Fatalf("while paused, status %+v", seen)
+			}
+			st := res.State
+			if st.Step != 2 || len(st.Steps) != 2 || st.Failure != nil || st.Paused {
+				t.Fatalf("after %s: %+v", update, st)
+			}
+			if update == UpdateSkip {
+				if !st.Steps[0].Skipped || st.Steps[0].Trained != 0 || len(st.Skipped) != 1 || st.Skipped[0] != "ppo-1" {
+					t.Errorf("skip: steps %+v, skipped %v", st.Steps, st.Skipped)
+				}
+			} else if st.Steps[0].Skipped || st.Steps[0].Trained != 1 || st.Retries["ppo-1"] != 1 {
+				t.Errorf("%s: steps %+v, retries %v", update, st.Steps, st.Retries)
+			}
+			if len(*inits) != 1 || (*inits)[0].Seed != 5 || (*inits)[0].Campaign != "c" || (*inits)[0].Checkpoint != nil {
+				t.Errorf("init: %+v, want one random init with seed 5 for campaign c", *inits)
+			}
+		})
+	}
+}
+
+// TestCampaignInitCannotBeSkipped: a failed init (another campaign holds
+// the trainer) pauses; skip is refused, retry loads it.
+func TestCampaignInitCannotBeSkipped(t *testing.T) {
+	env, in, inits := campaignEnv(t, func(n, _ int) (StepRecord, error) { return StepRecord{Step: n, Trained: 1}, nil },
+		errs.TrainerBusyf("the trainer is held by campaign other"))
+	rejected := false
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateSkip, "skip", &testsuite.TestUpdateCallback{OnReject: func(error) { rejected = true }, OnAccept: func() {}, OnComplete: func(any, error) {}})
+	}, time.Hour)
+	var seen CampaignStatus
+	decideLater(t, env, 2*time.Hour, UpdateRetry, &seen)
+	env.ExecuteWorkflow(CampaignWorkflow, in)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if calls := len(*inits); !rejected || calls != 2 || seen.Failure == nil || seen.Failure.Type != errs.TrainerBusy {
+		t.Fatalf("skip rejected %v, init calls %d, status while paused %+v", rejected, calls, seen)
+	}
+}

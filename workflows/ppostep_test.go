@@ -1,0 +1,157 @@
+package workflows
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// stepRig runs a PPO step whose rollouts (each taking a minute) are aborted
+// while aborted(rollout input) says so, and records what the step started.
+type stepRig struct {
+	env     *testsuite.TestWorkflowEnvironment
+	start   time.Time
+	starts  []RolloutInput
+	at      []time.Time // when each rollout started
+	running int
+	most    int // rollouts running at once, at most
+	trained int // trajectories the trainer got
+}
+
+var otherTask = task.Ref{ID: "fedcba9876543210", Name: "other", Bundle: testTask.Bundle}
+
+func newStepRig(t *testing.T, aborted func(RolloutInput) bool) *stepRig {
+	var s testsuite.WorkflowTestSuite
+	r := &stepRig{env: s.NewTestWorkflowEnvironment(), trained: -1}
+	r.env.RegisterActivity(&gpu.Activities{})
+	Register(r.env)
+	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
+	r.env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).After(time.Minute).Return(func(_ workflow.Context, rin RolloutInput) (RolloutResult, error) {
+		if aborted(rin) {
+			return RolloutResult{TaskID: rin.Task.ID, Attempt: rin.Attempt, Outcome: OutcomeAborted, SandboxAttempts: 3, Error: "RoutingMissing: no routed experts"}, nil
+		}
+		return RolloutResult{TaskID: rin.Task.ID, Attempt: rin.Attempt, Outcome: OutcomeResolved, Scored: true, Reward: 1, Trajectory: &traj, PolicyVersions: []string{"v0"}}, nil
+	})
+	r.env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
+		var rin RolloutInput
+		if err := args.Get(&rin); err != nil {
+			t.Error(err)
+		}
+		r.starts, r.at = append(r.starts, rin), append(r.at, r.env.Now())
+		r.running++
+		r.most = max(r.most, r.running)
+	})
+	r.env.SetOnChildWorkflowCompletedListener(func(*workflow.Info, converter.EncodedValue, error) { r.running-- })
+	r.env.OnActivity(gact.TrainerPPOStep, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
+		r.trained = len(ti.Trajectories)
+		return gpu.Metrics{"policy_loss": 0.1}, nil
+	})
+	return r
+}
+
+func (r *stepRig) run(t *testing.T, in PPOStepInput) (StepRecord, error) {
+	t.Helper()
+	r.start = r.env.Now()
+	r.env.ExecuteWorkflow(PPOStepWorkflow, in)
+	if !r.env.IsWorkflowCompleted() {
+		t.Fatal("the PPO step did not complete")
+	}
+	var rec StepRecord
+	err := r.env.GetWorkflowError()
+	if err == nil {
+		err = r.env.GetWorkflowResult(&rec)
+	}
+	return rec, err
+}
+
+func stepIn(tasks ...task.Ref) PPOStepInput {
+	return PPOStepInput{RolloutBatch: RolloutBatch{Campaign: "c", KeyPrefix: "c/e/", Tasks: tasks, Version: "v0", Concurrency: 2, TurnCap: 1, S: 20,
+		Agent: activities.AgentSpec{Kind: activities.AgentPolicy, Temperature: 1, Inference: []string{"http://r0", "http://r1"}}},
+		Step: 1, MaxFailedShare: 0.5}
+}
+
+// A flaky replica drops the routing of one sample's first two rollouts: the
+// sample is started again (a new attempt, the other replica first, within
+// the window of 2) and the step trains on every sample, recording 2 retries.
+// Before retries, the sample was left out and the step trained on 2 of 3.
+func TestPPOStepRetriesAbortedRolloutsUntilScored(t *testing.T) {
+	// testTask is drawn twice (attempts 1 and 2): its first sample's retries
+	// are attempts 3 and 5, never the second sample's.
+	r := newStepRig(t, func(rin RolloutInput) bool {
+		return rin.Task.ID == testTask.ID && (rin.Attempt == 1 || rin.Attempt == 3)
+	})
+	rec, err := r.run(t, stepIn(testTask, testTask, otherTask))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Rollouts != 3 || rec.Trained != 3 || r.trained != 3 || rec.Aborted != 0 {
+		t.Fatalf("the batch shrank: %d rollouts, %d trained (trainer got %d), %d aborted", rec.Rollouts, rec.Trained, r.trained, rec.Aborted)
+	}
+	if rec.RetriesMax != 2 || len(rec.Retries) != 3 || rec.Retries[0] != 2 || rec.Retries[1] != 0 || rec.Retries[2] != 1 {
+		t.Fatalf("retries %v (max %d): want 2 samples with none and 1 with 2", rec.Retries, rec.RetriesMax)
+	}
+	var attempts []int
+	for _, s := range r.starts {
+		if s.Task.ID == testTask.ID {
+			attempts = append(attempts, s.Attempt)
+		}
+		first := s.Agent.Inference[0]
+		if s.Attempt == 3 && first != "http://r1" || s.Attempt == 5 && first != "http://r0" || s.Attempt <= 2 && first != "http://r0" {
+			t.Errorf("attempt %d tried %v first", s.Attempt, s.Agent.Inference)
+		}
+	}
+	if len(r.starts) != 5 || fmt.Sprint(attempts) != "[1 2 3 5]" {
+		t.Fatalf("%d rollouts started, attempts of the doubled task %v: want 5 and 1,2,3,5", len(r.starts), attempts)
+	}
+	if r.most > 2 {
+		t.Fatalf("%d rollouts ran at once: concurrency is 2 and a retry takes a slot", r.most)
+	}
+	// Backoff: the retries start 10 s and 20 s after the aborts they follow.
+	if gap := r.at[4].Sub(r.at[3]); gap < time.Minute+20*time.Second {
+		t.Errorf("the second retry started %v after the first: no backoff", gap)
+	}
+}
+
+// A sample whose routing never comes back is retried until the step's
+// deadline, never after it, and then left out: 1 of 2 over max_failed_share
+// 0.25 fails the step instead of training. Before retries it was started once.
+func TestPPOStepLeavesOutAbortsAtTheDeadlineAndFails(t *testing.T) {
+	r := newStepRig(t, func(rin RolloutInput) bool { return rin.Task.ID == testTask.ID })
+	in := stepIn(testTask, otherTask)
+	in.MaxFailedShare, in.DeadlineMinutes = 0.25, 10
+	_, err := r.run(t, in)
+	n := 0
+	deadline := r.start.Add(10 * time.Minute)
+	for i, s := range r.starts {
+		if s.Task.ID != testTask.ID {
+			continue
+		}
+		n++
+		if r.at[i].After(deadline) {
+			t.Errorf("attempt %d started %v after the deadline", s.Attempt, r.at[i].Sub(deadline))
+		}
+	}
+	// Starts at 0, 70 s, 150 s, 250 s, 390 s, 570 s; the next (750 s) is past it.
+	if n != 6 {
+		t.Fatalf("the aborted sample was started %d times in 10 minutes, want 6", n)
+	}
+	if err == nil || errorType(err) != errs.PartialBatch || !strings.Contains(err.Error(), "1 of 2 rollouts left out (aborted 1 still at the step deadline after retries") {
+		t.Fatalf("want the step to fail over max_failed_share, got %v", err)
+	}
+	if r.trained != -1 {
+		t.Fatalf("trained on %d trajectories of a partial batch", r.trained)
+	}
+}
