@@ -52,11 +52,13 @@ echo "== 3. the eight-dimension audit (contamination checked against the example
 bin/starter audit --pool demo-synth --keep-pool demo-train --eval-pool examples
 
 echo
-echo "== 4. the write-hello family: training, warm-up and held-out pools (docs/learning.md)"
-go run ./examples/learn -out "$STATE/learn" -train 32 -heldout 16
-bin/starter tasks import "$STATE/learn/train" --pool learn-train
-bin/starter tasks import $(ls -d "$STATE"/learn/train/* | head -n 8) --pool learn-warmup
-bin/starter tasks import "$STATE/learn/heldout" --pool learn-heldout
+echo "== 4. the write-hello family: SFT, training, warm-up and held-out pools (docs/learning.md)"
+rm -rf "$STATE/learn"
+go run ./examples/learn -out "$STATE/learn" -sft 32 -train 32 -heldout 16
+bin/starter tasks import "$STATE/learn/sft" --pool hello-sft
+bin/starter tasks import "$STATE/learn/train" --pool hello-train
+bin/starter tasks import $(ls -d "$STATE"/learn/train/* | head -n 8) --pool hello-warmup
+bin/starter tasks import "$STATE/learn/heldout" --pool hello-heldout
 
 echo
 echo "== 5. the campaign: SFT, critic warm-up, PPO, evals on held-out variants (8-22 minutes on 2 cores)"
@@ -70,4 +72,4 @@ echo
 echo "Temporal UI: http://localhost:${T1FLOW_UI_PORT:-8233} (the dev server keeps running; 'make stop' stops it)"
 echo "Trace a rollout:   bin/starter trace <rollout id or task id>"
 echo "Campaign status:   bin/starter campaign status learn"
-echo "Compare checkpoints (with 'make worker' running): bin/starter eval --pool learn-heldout --checkpoint learn:sft,learn:latest --turn-cap 2 --wait"
+echo "Compare checkpoints (with 'make worker' running): bin/starter eval --pool hello-heldout --checkpoint learn:sft,learn:latest --turn-cap 2 --wait"

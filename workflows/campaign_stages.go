@@ -134,7 +134,11 @@ func (c *campaignRun) eval(ctx workflow.Context, label string) error {
 func (c *campaignRun) sft(ctx workflow.Context) error {
 	c.inFlight = "sft"
 	c.details(ctx)
-	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, 64, -1)
+	pool := c.cfg.Pools.SFT
+	if pool == "" { // the training pool, as before pools.sft existed
+		pool = c.cfg.Pools.Train
+	}
+	tasks, err := c.poolTasks(ctx, pool, 64, -1)
 	if err != nil {
 		return err
 	}
@@ -153,7 +157,7 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 		batch = append(batch, gpu.TrajectoryRef{Trajectory: r.Trajectory, TaskID: tasks[i].ID})
 	}
 	if len(batch) == 0 {
-		return temporal.NewNonRetryableApplicationError("sft: no task of the training pool rendered a sample", errs.BadInput, nil)
+		return temporal.NewNonRetryableApplicationError("sft: no task of pool "+pool+" rendered a sample", errs.BadInput, nil)
 	}
 	hyper := map[string]any{"epochs": c.cfg.SFT.Epochs}
 	if c.cfg.SFT.ActorLR > 0 {

@@ -16,9 +16,11 @@ type Config struct {
 	Name  string `toml:"name" json:"name"`
 	S     int    `toml:"s" json:"s"` // reward = passing assertions / S, fixed for the campaign
 	Pools struct {
-		Warmup string   `toml:"warmup" json:"warmup"`
-		Train  string   `toml:"train" json:"train"`
-		Eval   []string `toml:"eval" json:"eval"`
+		Warmup string `toml:"warmup" json:"warmup"`
+		Train  string `toml:"train" json:"train"`
+		// SFT is the pool whose reference solutions SFT trains on (empty: Train).
+		SFT  string   `toml:"sft" json:"sft,omitempty"`
+		Eval []string `toml:"eval" json:"eval"`
 	} `toml:"pools" json:"pools"`
 	Policy struct {
 		// Init is what the campaign starts from, loaded into the trainer and

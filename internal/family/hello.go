@@ -11,22 +11,32 @@ import (
 	"strings"
 )
 
-// Hello is the write-hello family: every variant asks for the word hello in
-// the file /app/o, worded differently ("Put hello into /app/o.", "Task 812:
-// Create the file /app/o containing the word hello. Use the shell."). The
-// answer is one command; what varies is the instruction around it, so the
-// skill is the harness's action format and that command, held under any
-// wording. Held-out variants are built on sentence templates that no
-// training variant uses (docs/learning.md says why this family and not one
-// where the policy must copy a word out of the instruction).
+// Hello is the write-hello family: every variant asks for a word in the
+// file /app/o, worded differently ("Word: hello. Put hello into /app/o.",
+// "Word: hello. Task 812: Create the file /app/o containing the word hello.
+// Use the shell."). The answer is one command; what varies is the
+// instruction around it. Three sets:
+//
+//   - SFT variants ask for hello or, as often, for world: the demonstrations
+//     teach the harness's action format and the command, and leave the word
+//     to choose (the reference policy does not learn to read it from the
+//     instruction in its SFT budget: docs/learning.md);
+//   - training variants (PPO, critic warm-up) ask for hello;
+//   - held-out variants ask for hello on sentence templates that no SFT or
+//     training variant uses.
+//
+// So the SFT policy writes the wrong word about half the time, and the
+// verifier's reward is what tells PPO which word the tasks it trains on ask for.
 type Hello struct {
-	Train, HeldOut int   // how many variants of each
-	Seed           int64 // which variants, reproducibly
+	SFT, Train, HeldOut int   // how many variants of each
+	Seed                int64 // which variants, reproducibly
 }
 
 const (
-	// Word is what every variant asks for, and OutFile where.
+	// Word is what training and held-out variants ask for, Sibling what half
+	// the SFT variants ask for instead, and OutFile where.
 	Word    = "hello"
+	Sibling = "world"
 	OutFile = "/app/o"
 )
 
@@ -50,11 +60,12 @@ var (
 // Variant is one task of the family.
 type Variant struct {
 	Name        string // directory name, unique in its set
+	Word        string // what it asks for
 	Instruction string
 }
 
-// Variants returns the training and held-out variants.
-func (h Hello) Variants() (train, heldOut []Variant) {
+// Variants returns the SFT, training and held-out variants.
+func (h Hello) Variants() (sft, train, heldOut []Variant) {
 	r := rand.New(rand.NewSource(h.Seed))
 	var trainT, heldT []int
 	for i := range helloTemplates {
@@ -65,32 +76,33 @@ func (h Hello) Variants() (train, heldOut []Variant) {
 		}
 	}
 	seen := map[string]bool{} // the same text would be the same task (its ID is a content hash)
-	gen := func(kind string, n int, templates []int) []Variant {
+	gen := func(kind string, n int, templates []int, words ...string) []Variant {
 		out := make([]Variant, 0, n)
 		for len(out) < n {
+			w := words[len(out)%len(words)]
 			t := templates[r.Intn(len(templates))]
 			num := 10 + r.Intn(9990)
-			text := fill(helloPrefixes[r.Intn(len(helloPrefixes))], num) +
-				fmt.Sprintf(helloTemplates[t], Word, OutFile) +
+			text := "Word: " + w + ". " + fill(helloPrefixes[r.Intn(len(helloPrefixes))], num) +
+				fmt.Sprintf(helloTemplates[t], w, OutFile) +
 				fill(helloSuffixes[r.Intn(len(helloSuffixes))], num)
 			text += " Ref: " + refCode(r, InstructionLen-len(text)-len(" Ref: "))
 			if seen[text] {
 				continue
 			}
 			seen[text] = true
-			out = append(out, Variant{Name: fmt.Sprintf("hello-%s-%03d-t%d", kind, len(out), t), Instruction: text})
+			out = append(out, Variant{Name: fmt.Sprintf("%s-%s-%03d-t%d", w, kind, len(out), t), Word: w, Instruction: text})
 		}
 		return out
 	}
-	return gen("train", h.Train, trainT), gen("heldout", h.HeldOut, heldT)
+	return gen("sft", h.SFT, trainT, Word, Sibling), gen("train", h.Train, trainT, Word), gen("heldout", h.HeldOut, heldT, Word)
 }
 
 // InstructionLen is every variant's instruction length: a reference code
-// pads it. Equal lengths put the answer at the same positions in every
+// pads it (the longest wording is 104 characters). Equal lengths put the answer at the same positions in every
 // prompt, which the reference model (learned absolute position embeddings,
 // 3M parameters) picks up in tens of SFT steps; with lengths that vary by
 // 60 characters, 80 steps left its answers garbled (docs/learning.md).
-const InstructionLen = 96
+const InstructionLen = 112
 
 const refAlphabet = "abcdefghijklmnopqrstuvwxyz0123456789"
 
@@ -109,39 +121,42 @@ func fill(s string, n int) string {
 	return s
 }
 
-// Write generates the family under dir: dir/train/<name>/ and
-// dir/heldout/<name>/, one Harbor task each, and returns their directories.
-func (h Hello) Write(dir string) (train, heldOut []string, err error) {
-	tv, hv := h.Variants()
+// Write generates the family under dir: dir/sft/<name>/, dir/train/<name>/
+// and dir/heldout/<name>/, one Harbor task each, and returns their directories.
+func (h Hello) Write(dir string) (sft, train, heldOut []string, err error) {
+	sv, tv, hv := h.Variants()
 	for _, set := range []struct {
 		sub  string
 		vs   []Variant
 		dirs *[]string
-	}{{"train", tv, &train}, {"heldout", hv, &heldOut}} {
+	}{{"sft", sv, &sft}, {"train", tv, &train}, {"heldout", hv, &heldOut}} {
 		for _, v := range set.vs {
 			d := filepath.Join(dir, set.sub, v.Name)
-			if err := WriteHelloTask(d, v.Instruction); err != nil {
-				return nil, nil, err
+			if err := WriteHelloTask(d, v.Word, v.Instruction); err != nil {
+				return nil, nil, nil, err
 			}
 			*set.dirs = append(*set.dirs, d)
 		}
 	}
-	return train, heldOut, nil
+	return sft, train, heldOut, nil
 }
 
 // HelloAssertions is how many assertions the verifier reports (a campaign's
 // s, so that reward = passing share): the file exists, each of the five
-// letters, and the exact content.
+// letters, and the exact content. Word and Sibling have five letters each.
 const HelloAssertions = 2 + len(Word)
 
-// WriteHelloTask writes one task into dir.
-func WriteHelloTask(dir, instruction string) error {
+// WriteHelloTask writes one task asking for word into dir.
+func WriteHelloTask(dir, word, instruction string) error {
+	if len(word) != len(Word) {
+		return fmt.Errorf("write-hello: word %q must have %d letters (the verifier's assertions are fixed)", word, len(Word))
+	}
 	files := map[string]string{
 		"instruction.md":         instruction + "\n",
 		"task.toml":              helloTOML,
 		"environment/Dockerfile": "FROM debian:bookworm\nWORKDIR /app\n",
-		"solution/solve.sh":      fmt.Sprintf("#!/bin/bash\necho %s >%s\n", Word, OutFile),
-		"tests/test.sh":          fmt.Sprintf(helloTest, Word, OutFile),
+		"solution/solve.sh":      fmt.Sprintf("#!/bin/bash\necho %s >%s\n", word, OutFile),
+		"tests/test.sh":          fmt.Sprintf(helloTest, word, OutFile),
 	}
 	for name, body := range files {
 		p := filepath.Join(dir, name)

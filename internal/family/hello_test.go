@@ -11,12 +11,28 @@ import (
 	"github.com/t1flow/t1flow/internal/task"
 )
 
-// Held-out variants share no instruction with training ones, and only they
-// use the held-out sentence templates.
+// Held-out variants share no instruction with SFT or training ones, and
+// only they use the held-out sentence templates; SFT variants ask for each
+// word half the time, training and held-out ones for Word.
 func TestHelloHeldOutNeverTrained(t *testing.T) {
-	tr, ho := Hello{Train: 200, HeldOut: 50, Seed: 1}.Variants()
+	sft, tr, ho := Hello{SFT: 100, Train: 200, HeldOut: 50, Seed: 1}.Variants()
+	words := map[string]int{}
+	for _, v := range sft {
+		words[v.Word]++
+		if !strings.HasPrefix(v.Instruction, "Word: "+v.Word+". ") || !strings.Contains(v.Instruction[12:], v.Word) {
+			t.Fatalf("SFT variant %q does not name its word %q", v.Instruction, v.Word)
+		}
+	}
+	if words[Word] != 50 || words[Sibling] != 50 {
+		t.Fatalf("SFT words: %v, want 50 of each", words)
+	}
+	for _, v := range append(tr, ho...) {
+		if v.Word != Word || !strings.HasPrefix(v.Instruction, "Word: "+Word+". ") {
+			t.Fatalf("%q asks for %q, not %q", v.Instruction, v.Word, Word)
+		}
+	}
 	seen := map[string]bool{}
-	for _, v := range tr {
+	for _, v := range append(sft, tr...) {
 		if seen[v.Instruction] {
 			t.Fatalf("two training variants read %q: one task, counted twice", v.Instruction)
 		}
@@ -27,7 +43,7 @@ func TestHelloHeldOutNeverTrained(t *testing.T) {
 			}
 		}
 	}
-	for _, v := range append(tr, ho...) {
+	for _, v := range append(append(sft, tr...), ho...) {
 		if len(v.Instruction) != InstructionLen {
 			t.Fatalf("%q has %d characters, not %d: the answer would move in the prompt", v.Instruction, len(v.Instruction), InstructionLen)
 		}
@@ -37,7 +53,7 @@ func TestHelloHeldOutNeverTrained(t *testing.T) {
 			t.Fatalf("held-out variant %q is also a training variant", v.Instruction)
 		}
 	}
-	again, _ := Hello{Train: 200, HeldOut: 50, Seed: 1}.Variants()
+	_, again, _ := Hello{SFT: 100, Train: 200, HeldOut: 50, Seed: 1}.Variants()
 	if again[7] != tr[7] {
 		t.Fatal("the same seed must give the same variants")
 	}
@@ -52,11 +68,11 @@ func heldOutCore(i int) string {
 // nothing none.
 func TestHelloTasksAndVerifier(t *testing.T) {
 	dir := t.TempDir()
-	tr, ho, err := Hello{Train: 3, HeldOut: 2, Seed: 1}.Write(dir)
-	if err != nil || len(tr) != 3 || len(ho) != 2 {
-		t.Fatalf("%v %v %v", tr, ho, err)
+	sft, tr, ho, err := Hello{SFT: 2, Train: 3, HeldOut: 2, Seed: 1}.Write(dir)
+	if err != nil || len(sft) != 2 || len(tr) != 3 || len(ho) != 2 {
+		t.Fatalf("%v %v %v %v", sft, tr, ho, err)
 	}
-	for _, d := range append(tr, ho...) {
+	for _, d := range append(append(sft, tr...), ho...) {
 		if _, err := task.Load(d); err != nil {
 			t.Fatal(err)
 		}
