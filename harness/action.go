@@ -21,8 +21,8 @@ Set "task_complete": true when the task is done; you will be asked to confirm.`
 
 // Action is one parsed model response.
 type Action struct {
-	Analysis     string `json:"analysis"`
-	Plan         string `json:"plan"`
+	Analysis     string `json:"analysis,omitempty"` // optional: a small policy's turn is shorter without it
+	Plan         string `json:"plan,omitempty"`
 	Commands     []Keys `json:"commands"`
 	TaskComplete bool   `json:"task_complete"`
 }

@@ -107,7 +107,9 @@ func outputObservation(terminal string) string {
 // SFT: the first prompt a rollout sees (on a fresh shell), an assistant turn
 // whose commands are the solution's steps and which marks the task complete,
 // the confirmation glue, and the confirming turn. Even-indexed parts are
-// context, odd-indexed parts are what the policy learns.
+// context, odd-indexed parts are what the policy learns. The turns leave out
+// analysis and plan (both optional): a fixed filler sentence taught nothing
+// and doubled the tokens a small policy has to get right at temperature 1.
 func SolutionTurns(instruction, solution string) ([]Pieces, error) {
 	var keys []Keys
 	for _, s := range audit.SplitSteps(solution) {
@@ -116,15 +118,14 @@ func SolutionTurns(instruction, solution string) ([]Pieces, error) {
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("no steps to imitate")
 	}
-	act := func(plan string, cmds []Keys, done bool) Pieces {
-		a := Action{Analysis: "The terminal is ready.", Plan: plan, Commands: cmds, TaskComplete: done}
-		return Pieces{plain(MarshalAction(a)), template(ImEnd)}
+	act := func(cmds []Keys) Pieces {
+		return Pieces{plain(MarshalAction(Action{Commands: cmds, TaskComplete: true})), template(ImEnd)}
 	}
 	return []Pieces{
 		FirstPromptPieces(FirstObservation(instruction, "root@sandbox:/app# ")),
-		act("Run the steps that solve the task.", keys, true),
+		act(keys),
 		GluePieces(confirmObservation(""), StitchEOT),
-		act("Confirm completion.", []Keys{}, true),
+		act([]Keys{}),
 	}, nil
 }
 

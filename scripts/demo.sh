@@ -3,8 +3,9 @@
 # runs in the background (Docker sandboxes, the reference trainer and
 # inference server); the example tasks are imported and checked with the
 # oracle; tasks are synthesized from examples/seeds and audited; then the
-# campaign in examples/campaigns/demo.toml runs SFT, critic warm-up, PPO steps
-# and evals of the base, SFT and final checkpoints.
+# campaign in examples/campaigns/learn.toml trains the policy on the
+# write-hello family (docs/learning.md): SFT, critic warm-up, PPO steps and
+# evals of the base, SFT and final checkpoints on held-out variants.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${T1FLOW_HOME:-$ROOT/.t1flow}
@@ -51,12 +52,24 @@ echo "== 3. the eight-dimension audit (contamination checked against the example
 bin/starter audit --pool demo-synth --keep-pool demo-train --eval-pool examples
 
 echo
-echo "== 4. the campaign: SFT, critic warm-up, PPO, evals (a few minutes on 2 cores)"
-bin/starter campaign start -f examples/campaigns/demo.toml --wait
-bin/starter report demo --html "$STATE/demo-report.html"
+echo "== 4. the write-hello family: SFT, training, warm-up and held-out pools (docs/learning.md)"
+rm -rf "$STATE/learn"
+go run ./examples/learn -out "$STATE/learn" -sft 32 -train 32 -heldout 16
+bin/starter tasks import "$STATE/learn/sft" --pool hello-sft
+bin/starter tasks import "$STATE/learn/train" --pool hello-train
+bin/starter tasks import $(ls -d "$STATE"/learn/train/* | head -n 8) --pool hello-warmup
+bin/starter tasks import "$STATE/learn/heldout" --pool hello-heldout
+
+echo
+echo "== 5. the campaign: SFT, critic warm-up, PPO, evals on held-out variants (8-22 minutes on 2 cores)"
+start=$(date +%s)
+bin/starter campaign start -f examples/campaigns/learn.toml --wait
+echo "campaign wall time: $(( $(date +%s) - start ))s"
+bin/starter report learn --html "$STATE/learn-report.html"
+echo "report: $STATE/learn-report.html (bin/starter report learn --json for the numbers)"
 
 echo
 echo "Temporal UI: http://localhost:${T1FLOW_UI_PORT:-8233} (the dev server keeps running; 'make stop' stops it)"
 echo "Trace a rollout:   bin/starter trace <rollout id or task id>"
-echo "Campaign status:   bin/starter campaign status demo"
-echo "Compare checkpoints (with 'make worker' running): bin/starter eval --pool examples --checkpoint demo:sft,demo:latest --turn-cap 3 --wait"
+echo "Campaign status:   bin/starter campaign status learn"
+echo "Compare checkpoints (with 'make worker' running): bin/starter eval --pool hello-heldout --checkpoint learn:sft,learn:latest --turn-cap 2 --wait"

@@ -64,6 +64,7 @@ type ReportNumbers struct {
 	Campaign   string           `json:"campaign"`
 	Steps      []int            `json:"steps"`
 	Reward     []float64        `json:"reward_mean"`
+	Resolved   []float64        `json:"resolved_rate"` // per step: share of trained rollouts resolved
 	EV         []float64        `json:"explained_variance"`
 	GapReplay  []float64        `json:"logprob_gap_replay"`
 	GapFree    []float64        `json:"logprob_gap_noreplay"`
@@ -97,6 +98,7 @@ func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 	for _, s := range rep.State.Steps {
 		n.Steps = append(n.Steps, s.Step)
 		n.Reward = append(n.Reward, s.RewardMean)
+		n.Resolved = append(n.Resolved, s.ResolvedRate)
 		n.EV = append(n.EV, metric(s.Metrics, "explained_variance"))
 		n.GapReplay = append(n.GapReplay, metric(s.Metrics, "logprob_gap_replay"))
 		n.GapFree = append(n.GapFree, metric(s.Metrics, "logprob_gap_noreplay"))
@@ -185,7 +187,7 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	if retried > 0 {
 		fmt.Fprintf(&b, "<p>%d samples were started again after an R3 abort (routing missing); at most %d retries for one sample.</p>", retried, most)
 	}
-	b.WriteString(lineChart("mean reward per PPO step", n.Steps, map[string][]float64{"reward": n.Reward}))
+	b.WriteString(lineChart("mean reward and resolved rate per PPO step", n.Steps, map[string][]float64{"reward": n.Reward, "resolved": n.Resolved}))
 	b.WriteString(lineChart("critic explained variance per step", n.Steps, map[string][]float64{"EV": n.EV}))
 	b.WriteString(lineChart("train–inference log-prob gap", n.Steps, map[string][]float64{"with R3": n.GapReplay, "without R3": n.GapFree}))
 	b.WriteString(lineChart("mean turns per rollout", n.Steps, map[string][]float64{"turns": n.Turns}))

@@ -139,7 +139,11 @@ func (c *campaignRun) eval(ctx workflow.Context, label string) error {
 func (c *campaignRun) sft(ctx workflow.Context) error {
 	c.inFlight = "sft"
 	c.details(ctx)
-	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, 64, -1)
+	pool := c.cfg.Pools.SFT
+	if pool == "" { // the training pool, as before pools.sft existed
+		pool = c.cfg.Pools.Train
+	}
+	tasks, err := c.poolTasks(ctx, pool, 64, -1)
 	if err != nil {
 		return err
 	}
@@ -158,11 +162,18 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 		batch = append(batch, gpu.TrajectoryRef{Trajectory: r.Trajectory, TaskID: tasks[i].ID})
 	}
 	if len(batch) == 0 {
-		return temporal.NewNonRetryableApplicationError("sft: no task of the training pool rendered a sample", errs.BadInput, nil)
+		return temporal.NewNonRetryableApplicationError("sft: no task of pool "+pool+" rendered a sample", errs.BadInput, nil)
+	}
+	hyper := map[string]any{"epochs": c.cfg.SFT.Epochs}
+	if c.cfg.SFT.ActorLR > 0 {
+		hyper["actor_lr"] = c.cfg.SFT.ActorLR
+	}
+	if c.cfg.SFT.Minibatches > 0 {
+		hyper["minibatches"] = c.cfg.SFT.Minibatches
 	}
 	var m gpu.Metrics
 	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
-		Key: c.trainKey("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: map[string]any{"epochs": c.cfg.SFT.Epochs},
+		Key: c.trainKey("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: hyper,
 	}).Get(ctx, &m); err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ type StepRecord struct {
 	RerouteTrajectories int     `json:"reroute_trajectories"`
 	Tampered            int     `json:"tampered"` // trained on, at reward 0
 	RewardMean          float64 `json:"reward_mean"`
+	ResolvedRate        float64 `json:"resolved_rate"` // share of the trained rollouts whose every assertion passed
 	MeanTurns           float64 `json:"mean_turns"`
 	Checkpoint          string  `json:"checkpoint,omitempty"`
 	// Retries[k] counts the samples started again k times after an R3 abort
@@ -84,6 +85,7 @@ type collected struct {
 	rerouted, rerouteTrajs int
 	tampered               int // in the batch, at reward 0: behaviour to train away
 	reward, turns          float64
+	resolved               int
 	retries                []int // samples by the retries they took
 }
 
@@ -221,6 +223,9 @@ func (c *collected) add(r RolloutResult, version string, temperature float64) {
 		}
 		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
 		c.reward += r.Reward
+		if r.Resolved {
+			c.resolved++
+		}
 		c.rerouted += r.Rerouted
 		if r.Rerouted > 0 {
 			c.rerouteTrajs++
@@ -277,6 +282,7 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 			in.Step, excluded, col.rollouts, aborted, col.failed, col.stale, in.MaxFailedShare), errs.PartialBatch, nil)
 	}
 	rec.RewardMean = col.reward / float64(len(col.batch))
+	rec.ResolvedRate = float64(col.resolved) / float64(len(col.batch))
 	rec.MeanTurns = col.turns / float64(len(col.batch))
 	gctx := gpuActivityCtx(ctx, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)))
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{

@@ -16,9 +16,11 @@ type Config struct {
 	Name  string `toml:"name" json:"name"`
 	S     int    `toml:"s" json:"s"` // reward = passing assertions / S, fixed for the campaign
 	Pools struct {
-		Warmup string   `toml:"warmup" json:"warmup"`
-		Train  string   `toml:"train" json:"train"`
-		Eval   []string `toml:"eval" json:"eval"`
+		Warmup string `toml:"warmup" json:"warmup"`
+		Train  string `toml:"train" json:"train"`
+		// SFT is the pool whose reference solutions SFT trains on (empty: Train).
+		SFT  string   `toml:"sft" json:"sft,omitempty"`
+		Eval []string `toml:"eval" json:"eval"`
 	} `toml:"pools" json:"pools"`
 	Policy struct {
 		// Init is what the campaign starts from, loaded into the trainer and
@@ -36,6 +38,11 @@ type Config struct {
 	SFT struct {
 		Enabled bool `toml:"enabled" json:"enabled"`
 		Epochs  int  `toml:"epochs" json:"epochs"`
+		// ActorLR and Minibatches override the preset's for SFT only (0: the
+		// preset's): a policy learns the action format in fewer samples from
+		// smaller, faster steps than PPO's learning rate takes.
+		ActorLR     float64 `toml:"actor_lr" json:"actor_lr,omitempty"`
+		Minibatches int     `toml:"minibatches" json:"minibatches,omitempty"`
 	} `toml:"sft" json:"sft"`
 	CriticWarmup struct {
 		Epochs    int     `toml:"epochs" json:"epochs"`         // passes over the warm-up pool (rollouts)
@@ -183,6 +190,8 @@ func (ch *checker) check(c *Config) {
 		{"policy.temperature", !(c.Policy.Temperature > 0), fmt.Sprintf("= %v must be > 0 (PPO and critic rollouts sample; greedy decoding has no distribution to train on)", c.Policy.Temperature)},
 		{"policy.preset", c.Policy.Preset != "t1" && c.Policy.Preset != "small", fmt.Sprintf("= %q must be t1 or small", c.Policy.Preset)},
 		positive("sft.epochs", c.SFT.Epochs),
+		{"sft.actor_lr", c.SFT.ActorLR < 0, fmt.Sprintf("= %v must be >= 0 (0: the preset's)", c.SFT.ActorLR)},
+		nonNegative("sft.minibatches", c.SFT.Minibatches),
 		nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs),
 		positive("critic_warmup.fit_epochs", c.CriticWarmup.FitEpochs),
 		{"critic_warmup.ev_gate", c.CriticWarmup.EVGate > 1, fmt.Sprintf("= %v must be at most 1", c.CriticWarmup.EVGate)},

@@ -49,6 +49,29 @@ func TestWarmupGateDefaults(t *testing.T) {
 	}
 }
 
+// SFT's own learning rate and minibatches: optional, never negative.
+func TestSFTOverrides(t *testing.T) {
+	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[sft]\nactor_lr = 1e-3\nminibatches = 16\n")
+	if err != nil || c.SFT.ActorLR != 1e-3 || c.SFT.Minibatches != 16 {
+		t.Fatalf("%+v %v", c.SFT, err)
+	}
+	_, err = Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[sft]\nactor_lr = -1.0\nminibatches = -2\n")
+	for _, want := range []string{"c.toml: sft.actor_lr = -1 must be >= 0", "c.toml: sft.minibatches = -2 must be >= 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+}
+
+// The shipped campaign configs load as they are.
+func TestExampleCampaignsParse(t *testing.T) {
+	for _, f := range []string{"demo.toml", "learn.toml"} {
+		if _, err := Load("../../examples/campaigns/" + f); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}
+
 // Aborted rollouts are retried until the step's deadline: two hours by
 // default, and a deadline that leaves no time for a retry is refused.
 func TestStepDeadline(t *testing.T) {

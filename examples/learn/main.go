@@ -1,0 +1,31 @@
+// Command learn writes the write-hello task family that examples/campaigns/learn.toml
+// trains on: OUT/sft/<name>/ (SFT demonstrations, hello and world),
+// OUT/train/<name>/ (the PPO pool) and OUT/heldout/<name>/ (held-out
+// variants, never trained on). See docs/learning.md.
+//
+//	go run ./examples/learn -out .t1flow/learn
+package main
+
+import (
+	"flag"
+	"fmt"
+	"os"
+
+	"github.com/t1flow/t1flow/internal/family"
+)
+
+func main() {
+	out := flag.String("out", ".t1flow/learn", "directory to write train/ and heldout/ into")
+	sft := flag.Int("sft", 32, "SFT variants (half ask for world)")
+	train := flag.Int("train", 64, "training variants")
+	held := flag.Int("heldout", 16, "held-out variants")
+	seed := flag.Int64("seed", 1, "which words")
+	flag.Parse()
+	sf, tr, ho, err := family.Hello{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write(*out)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "learn:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("write-hello family: %d SFT tasks in %s/sft, %d training tasks in %s/train, %d held-out in %s/heldout\n",
+		len(sf), *out, len(tr), *out, len(ho), *out)
+}

@@ -1,0 +1,113 @@
+package family
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// Held-out variants share no instruction with SFT or training ones, and
+// only they use the held-out sentence templates; SFT variants ask for each
+// word half the time, training and held-out ones for Word.
+func TestHelloHeldOutNeverTrained(t *testing.T) {
+	sft, tr, ho := Hello{SFT: 100, Train: 200, HeldOut: 50, Seed: 1}.Variants()
+	words := map[string]int{}
+	for _, v := range sft {
+		words[v.Word]++
+		if !strings.HasPrefix(v.Instruction, "Word: "+v.Word+". ") || !strings.Contains(v.Instruction[12:], v.Word) {
+			t.Fatalf("SFT variant %q does not name its word %q", v.Instruction, v.Word)
+		}
+	}
+	if words[Word] != 50 || words[Sibling] != 50 {
+		t.Fatalf("SFT words: %v, want 50 of each", words)
+	}
+	for _, v := range append(tr, ho...) {
+		if v.Word != Word || !strings.HasPrefix(v.Instruction, "Word: "+Word+". ") {
+			t.Fatalf("%q asks for %q, not %q", v.Instruction, v.Word, Word)
+		}
+	}
+	seen := map[string]bool{}
+	for _, v := range append(sft, tr...) {
+		if seen[v.Instruction] {
+			t.Fatalf("two training variants read %q: one task, counted twice", v.Instruction)
+		}
+		seen[v.Instruction] = true
+		for i := range HeldOutTemplates {
+			if strings.Contains(v.Instruction, heldOutCore(i)) {
+				t.Fatalf("training variant %q uses held-out template %d", v.Instruction, i)
+			}
+		}
+	}
+	for _, v := range append(append(sft, tr...), ho...) {
+		if len(v.Instruction) != InstructionLen {
+			t.Fatalf("%q has %d characters, not %d: the answer would move in the prompt", v.Instruction, len(v.Instruction), InstructionLen)
+		}
+	}
+	for _, v := range ho {
+		if seen[v.Instruction] {
+			t.Fatalf("held-out variant %q is also a training variant", v.Instruction)
+		}
+	}
+	_, again, _ := Hello{SFT: 100, Train: 200, HeldOut: 50, Seed: 1}.Variants()
+	if again[7] != tr[7] {
+		t.Fatal("the same seed must give the same variants")
+	}
+}
+
+func heldOutCore(i int) string {
+	return strings.SplitN(helloTemplates[i], "%", 2)[0]
+}
+
+// Every task loads as a Harbor task, and its verifier scores letter by
+// letter: the reference answer passes all assertions, a near miss most,
+// nothing none.
+func TestHelloTasksAndVerifier(t *testing.T) {
+	dir := t.TempDir()
+	sft, tr, ho, err := Hello{SFT: 2, Train: 3, HeldOut: 2, Seed: 1}.Write(dir)
+	if err != nil || len(sft) != 2 || len(tr) != 3 || len(ho) != 2 {
+		t.Fatalf("%v %v %v %v", sft, tr, ho, err)
+	}
+	for _, d := range append(append(sft, tr...), ho...) {
+		if _, err := task.Load(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	script, err := os.ReadFile(filepath.Join(tr[0], "tests/test.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for content, want := range map[string]int{"hello\n": HelloAssertions, "hellx\n": HelloAssertions - 2, "": 0} {
+		root := t.TempDir()
+		s := strings.NewReplacer("/app/o", root+"/o", "/logs/verifier", root+"/logs").Replace(string(script))
+		if content != "" {
+			os.WriteFile(root+"/o", []byte(content), 0o644)
+		}
+		if out, err := exec.Command("bash", "-c", s).CombinedOutput(); err != nil {
+			t.Fatalf("test.sh: %v\n%s", err, out)
+		}
+		b, err := os.ReadFile(root + "/logs/ctrf.json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var doc struct {
+			Results struct{ Tests []struct{ Status string } }
+		}
+		if err := json.Unmarshal(b, &doc); err != nil {
+			t.Fatalf("ctrf.json: %v\n%s", err, b)
+		}
+		passed := 0
+		for _, x := range doc.Results.Tests {
+			if x.Status == "passed" {
+				passed++
+			}
+		}
+		if len(doc.Results.Tests) != HelloAssertions || passed != want {
+			t.Errorf("%q: %d of %d assertions passed, want %d of %d", content, passed, len(doc.Results.Tests), want, HelloAssertions)
+		}
+	}
+}
