@@ -102,12 +102,12 @@ func run() error {
 	}
 	workers := roles.New(c, *role, acts)
 	if set[roles.GPU] {
-		w, stopGPU, err := g.start(ctx, c, st)
+		ws, stopGPU, err := g.start(ctx, c, st, *host)
 		if err != nil {
 			return err
 		}
 		defer stopGPU()
-		workers = append(workers, w)
+		workers = append(workers, ws...)
 	}
 	if err := roles.Start(workers); err != nil {
 		return err
