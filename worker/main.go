@@ -45,6 +45,8 @@ func run() error {
 	prepareOnly := flag.Bool("prepare-only", false, "build the sandbox base image and the sealed verifier toolchain, and exit")
 	reaperTTL := flag.Duration("reaper-ttl", workflows.DefaultReaperTTLSec*time.Second, "remove t1flow containers older than this even if their rollout still runs")
 	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
+	maxSandboxes := flag.Int("max-sandboxes", activities.DefaultMaxSandboxes(), "live sandboxes this host admits at once (0: no limit); creations past it wait, then retry elsewhere")
+	admissionWait := flag.Duration("admission-wait", activities.DefaultAdmissionWait, "how long a sandbox creation waits for room on a full host before it fails HostFull (retried, maybe on another host)")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
 	flag.DurationVar(&roles.StopTimeout, "stop-timeout", roles.DefaultStopTimeout,
 		"on SIGTERM, how long running activities (trainer operations, image builds) may take to finish before they are cancelled and handed back retryable; a second signal stops at once")
@@ -68,7 +70,8 @@ func run() error {
 		return err
 	}
 	acts := &activities.Activities{Store: st, Host: ids.Clean(*host),
-		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes")}
+		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes"),
+		MaxSandboxes: *maxSandboxes, AdmissionWait: *admissionWait}
 	sandboxRole := set[roles.Sandbox]
 	if sandboxRole || *prepareOnly {
 		d, err := openSandboxes(ctx, *aliases, *prepare || *prepareOnly)

@@ -29,6 +29,9 @@ const (
 	// the wait (its host or worker is gone); non-retryable, the campaign
 	// pauses on it, naming the trainer.
 	TrainerGone = "TrainerGone"
+	// HostFull: a sandbox host at its limit of live sandboxes; retryable
+	// (the retry may reach another host).
+	HostFull = "HostFull"
 	// SynthesisRejected: a synthesizer proposal that is not a valid task; the
 	// round tries another variation.
 	SynthesisRejected = "SynthesisRejected"
@@ -89,6 +92,11 @@ func TrainerBusyf(format string, args ...any) error {
 // TrainerGonef names the trainer that is gone: non-retryable.
 func TrainerGonef(format string, args ...any) error {
 	return newf(TrainerGone, false, format, args)
+}
+
+// HostFullf is a sandbox host at its limit: retryable.
+func HostFullf(format string, args ...any) error {
+	return newf(HostFull, true, format, args)
 }
 
 // TurnLostf reports a lost agent turn: non-retryable.
