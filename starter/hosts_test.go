@@ -14,6 +14,7 @@ import (
 
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/workflows"
 )
 
 // TestRetireHost: `hosts list` shows every host's reaper schedule and whether
@@ -77,4 +78,19 @@ func exists(t *testing.T, c client.Client, host string) bool {
 		t.Fatal(err)
 	}
 	return true
+}
+
+// TestStatusNamesItsTrainer: campaign status shows the trainer a campaign is
+// pinned to and that trainer's queue; a campaign not pinned shows none.
+func TestStatusNamesItsTrainer(t *testing.T) {
+	var out strings.Builder
+	printStatus(&out, workflows.CampaignStatus{Name: "demo", Trainer: "gpu-b"}, "campaign/demo")
+	if !strings.Contains(out.String(), "pinned to trainer gpu-b (queue "+ids.TrainerQueue("gpu-b")+")") {
+		t.Fatalf("status:\n%s", out.String())
+	}
+	out.Reset()
+	printStatus(&out, workflows.CampaignStatus{Name: "demo"}, "campaign/demo")
+	if strings.Contains(out.String(), "pinned") {
+		t.Fatalf("unpinned status:\n%s", out.String())
+	}
 }
