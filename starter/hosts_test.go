@@ -11,9 +11,12 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/worker/roles"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -92,5 +95,82 @@ func TestStatusNamesItsTrainer(t *testing.T) {
 	printStatus(&out, workflows.CampaignStatus{Name: "demo"}, "campaign/demo")
 	if strings.Contains(out.String(), "pinned") {
 		t.Fatalf("unpinned status:\n%s", out.String())
+	}
+}
+
+// TestRetireIdleHostActivity: against the dev server, RetireIdleHost keeps
+// the schedule of a host that a worker polls, or that completed a reap within
+// the wait, or whose schedule is younger than the wait, and deletes it
+// otherwise.
+func TestRetireIdleHostActivity(t *testing.T) {
+	_, c := testenv.DevServer(t)
+	ctx := context.Background()
+	a := &activities.Activities{Temporal: c}
+	suffix := ids.Clean(time.Now().Format("150405.000"))
+	mk := func(h string) {
+		t.Helper()
+		_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
+			ID: ids.ReaperScheduleID(h), Paused: true,
+			Spec:   client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: time.Hour}}},
+			Action: &client.ScheduleWorkflowAction{ID: ids.ReaperWorkflowID(h), Workflow: "ReaperWorkflow", TaskQueue: ids.ControlQueue},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	retire := func(h string, after float64) activities.RetireResult {
+		t.Helper()
+		r, err := a.RetireIdleHost(ctx, activities.RetireInput{Host: h, AfterSec: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	gone, polled, reaped := "gone-"+suffix, "polled-"+suffix, "reaped-"+suffix
+	for _, h := range []string{gone, polled, reaped} {
+		mk(h)
+	}
+	if r := retire(gone, 3600); r.Retired || !exists(t, c, gone) {
+		t.Fatalf("a schedule younger than the wait: %+v", r)
+	}
+	// A completed reaper run of one host (a stand-in workflow of that type).
+	q := "reaper-standin-" + suffix
+	w := worker.New(c, q, worker.Options{})
+	w.RegisterWorkflowWithOptions(func(workflow.Context) error { return nil }, workflow.RegisterOptions{Name: "ReaperWorkflow"})
+	p := worker.New(c, ids.SandboxHostQueue(polled), worker.Options{})
+	p.RegisterActivityWithOptions(func(context.Context) error { return nil }, activity.RegisterOptions{Name: "Noop"})
+	if err := roles.Start([]worker.Worker{w, p}); err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	defer p.Stop()
+	time.Sleep(2100 * time.Millisecond) // every schedule is now older than 2 s
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: ids.ReaperWorkflowID(reaped) + "-manual-1", TaskQueue: q}, "ReaperWorkflow")
+	if err != nil || run.Get(ctx, nil) != nil {
+		t.Fatal(err)
+	}
+	var rr activities.RetireResult
+	for deadline := time.Now().Add(1500 * time.Millisecond); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if rr = retire(reaped, 2); strings.Contains(rr.Reason, "reaper run completed") {
+			break
+		}
+	}
+	if rr.Retired || !exists(t, c, reaped) || !strings.Contains(rr.Reason, "reaper run completed") {
+		t.Fatalf("a host reaped within the wait: %+v", rr)
+	}
+	var r activities.RetireResult
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(300 * time.Millisecond) {
+		if r = retire(polled, 1); strings.Contains(r.Reason, "polls") {
+			break
+		}
+	}
+	if r.Retired || !exists(t, c, polled) {
+		t.Fatalf("a polled host: %+v", r)
+	}
+	if r := retire(gone, 1); !r.Retired || exists(t, c, gone) {
+		t.Fatalf("a gone host: %+v, schedule kept %v", r, exists(t, c, gone))
+	}
+	if r := retire(gone, 1); r.Retired || r.Reason != "no reaper schedule" {
+		t.Fatalf("again: %+v", r)
 	}
 }

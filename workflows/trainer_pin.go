@@ -41,13 +41,18 @@ func trainerCtx(ctx workflow.Context, t *gpu.TrainerRef, summary string) workflo
 // trainerGone turns a pinned trainer's schedule-to-start timeout into
 // TrainerGone, naming the trainer; other errors pass through.
 func trainerGone(err error, t *gpu.TrainerRef) error {
-	var te *temporal.TimeoutError
-	if err == nil || t == nil || t.Queue == "" || !errors.As(err, &te) || te.TimeoutType() != enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START {
+	if t == nil || t.Queue == "" || !scheduleToStartTimeout(err) {
 		return err
 	}
 	return errs.TrainerGonef("trainer %s took no call on its queue %s within %s: its GPU worker or host is gone. "+
 		"The campaign is pinned to it (it holds the campaign's weights): retry once it is back, or cancel the campaign and "+
 		"`starter campaign resume` it to continue on another trainer from its last checkpoint", t.Name, t.Queue, TrainerWait)
+}
+
+// scheduleToStartTimeout: no worker took the activity in time.
+func scheduleToStartTimeout(err error) bool {
+	var te *temporal.TimeoutError
+	return errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START
 }
 
 // gpuCtx and gone are trainerCtx and trainerGone for this campaign's trainer.
