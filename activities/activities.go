@@ -33,6 +33,14 @@ type Activities struct {
 	TaskCache string
 	// EpisodeDir keeps model-driven episodes on the sandbox host between turns.
 	EpisodeDir string
+	// MaxSandboxes caps this host's live sandboxes (0: no cap); a creation
+	// past it waits up to AdmissionWait, then fails HostFull (admission.go).
+	MaxSandboxes  int
+	AdmissionWait time.Duration
+
+	admission admission
+	// countSandboxes, in tests only, replaces Docker's count of live sandboxes.
+	countSandboxes func(context.Context) (int, error)
 
 	eps  episodes
 	disk diskWatches
@@ -63,6 +71,13 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 	// The base image build can run for minutes without output: heartbeat
 	// on a timer so a dead worker is still noticed quickly.
 	defer heartbeat.Every(ctx, 5*time.Second, nil)()
+	// Room on this host first (admission.go): a task image build is a
+	// sandbox's load too, so it is admitted like the container it makes.
+	release, err := a.admission.admit(ctx, a.MaxSandboxes, a.AdmissionWait, a.liveSandboxes)
+	if err != nil {
+		return CreateSandboxResult{}, err
+	}
+	defer release()
 	t, err := a.fetchTask(ctx, in.Task)
 	if err != nil {
 		return CreateSandboxResult{}, err

@@ -267,6 +267,9 @@ type ReapInput struct {
 type ReapResult struct {
 	Removed []string `json:"removed"`
 	Kept    int      `json:"kept"`
+	// Retired: no worker took the reap and the host was gone for good, so
+	// its reaper schedule was deleted (RetireIdleHost says why).
+	Retired string `json:"retired,omitempty"`
 }
 
 // StoreJSONInput writes a small JSON document to the artifact store.

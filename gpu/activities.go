@@ -34,6 +34,10 @@ type Activities struct {
 	// supervisor's Kill) then restarts the trainer.
 	StallWindow    time.Duration
 	RestartTrainer func()
+	// Name is this trainer's name (default: the worker's host); its own
+	// queue is ids.TrainerQueue(Name), where the campaigns pinned to it call
+	// (pin.go). Empty: the worker serves the shared queue only.
+	Name string
 }
 
 // TrainerSFT runs supervised fine-tuning on masked trajectories.

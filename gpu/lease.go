@@ -72,8 +72,7 @@ func (a *Activities) acquire(ctx context.Context, campaign string) error {
 			}
 		}
 		if running {
-			return errs.TrainerBusyf("the trainer is held by campaign %s (since %s): one campaign at a time trains on a trainer; wait for it to end (or cancel it), then retry this campaign",
-				l.Campaign, l.Since.Format(time.RFC3339))
+			return busy(a.Name, l)
 		}
 	}
 	b, _ := json.Marshal(Lease{Campaign: campaign, Since: time.Now().UTC()})
@@ -88,6 +87,15 @@ func (a *Activities) acquire(ctx context.Context, campaign string) error {
 		return errs.Infraf("trainer lease: %v", err)
 	}
 	return nil
+}
+
+// busy is the TrainerBusy error of a trainer that l's campaign holds.
+func busy(trainer string, l Lease) error {
+	if trainer != "" {
+		trainer = " " + trainer
+	}
+	return errs.TrainerBusyf("the trainer%s is held by campaign %s (since %s): one campaign at a time trains on a trainer; wait for it to end (or cancel it), then retry this campaign",
+		trainer, l.Campaign, l.Since.Format(time.RFC3339))
 }
 
 // checkLease refuses a training key of a campaign other than the holder's

@@ -184,6 +184,9 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		state += " (paused: the current step finishes, then it waits)"
 	}
 	fmt.Fprintf(w, "campaign %s: %s\n  step %d/%d, policy %s, concurrency %d\n", s.Name, state, s.Step, s.Steps, s.WeightVersion, s.Concurrency)
+	if s.Trainer != "" {
+		fmt.Fprintf(w, "  pinned to trainer %s (queue %s)\n", s.Trainer, ids.TrainerQueue(s.Trainer))
+	}
 	for _, r := range s.Resumes {
 		how := "trainer kept its state"
 		if !r.Kept {

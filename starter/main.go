@@ -47,6 +47,8 @@ commands:
                                     plots of reward, EV, log-prob gap, turns and evals per checkpoint
   trace ROLLOUT_ID|TASK_ID          a rollout's turns, assertions, reward, drift and routing reports
   reap [--host H] [--ttl D]         run the reaper for a sandbox host now
+  hosts list                        sandbox hosts' reaper schedules, and whether a worker polls each host
+  hosts retire NAME [--force]       delete a host's reaper schedule (a host gone for good)
   setup                             register t1flow's search attributes on the cluster (idempotent)
 
 environment: T1FLOW_HOME, T1FLOW_STORE, T1FLOW_UI; Temporal through the SDK's environment
@@ -101,6 +103,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (int, err
 		err = trace(ctx, args[1:], stdout)
 	case args[0] == "reap":
 		err = reap(ctx, args[1:], stdout)
+	case args[0] == "hosts":
+		err = hostsCmd(ctx, args[1:], stdout)
 	case args[0] == "setup":
 		err = setup(ctx, args[1:], stdout)
 	default:

@@ -13,6 +13,7 @@ import (
 
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/config"
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/worker/roles"
 )
@@ -25,6 +26,7 @@ type gpuFlags struct {
 	init       string
 	inference  string
 	serverArgs string
+	trainer    string
 }
 
 func (g *gpuFlags) register() {
@@ -32,10 +34,11 @@ func (g *gpuFlags) register() {
 	flag.IntVar(&g.perProcess, "gpus-per-process", 1, "devices per trainer or inference process")
 	flag.StringVar(&g.init, "init", "random", "initial checkpoint directory for the trainer and inference server, or 'random'")
 	flag.StringVar(&g.inference, "inference", os.Getenv("T1FLOW_INFERENCE"), "URL of an existing SGLang-compatible server; empty starts the reference server")
+	flag.StringVar(&g.trainer, "trainer", "", "name of this worker's trainer (its own queue is t1flow-gpu-<name>; default: the -host name); unique per trainer")
 	flag.StringVar(&g.serverArgs, "inference-args", "", "extra arguments for the reference inference server (e.g. '--sample-dtype bfloat16')")
 }
 
-func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store) (worker.Worker, func(), error) {
+func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, host string) ([]worker.Worker, func(), error) {
 	slots, err := gpu.Slots(g.gpus, g.perProcess)
 	if err != nil {
 		return nil, nil, err
@@ -46,6 +49,10 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store) (
 	if err != nil {
 		return nil, nil, err
 	}
-	fmt.Fprintf(os.Stderr, "worker: trainer on %s (%s, log %s); inference %s\n", l.Trainer.URL(), slots[0], l.Trainer.LogPath, l.Acts.Inference.BaseURL)
+	l.Acts.Name = g.trainer
+	if l.Acts.Name == "" {
+		l.Acts.Name = host
+	}
+	fmt.Fprintf(os.Stderr, "worker: trainer %s (queue %s) on %s (%s, log %s); inference %s\n", l.Acts.Name, ids.TrainerQueue(l.Acts.Name), l.Trainer.URL(), slots[0], l.Trainer.LogPath, l.Acts.Inference.BaseURL)
 	return roles.NewGPU(c, l.Acts), l.Stop, nil
 }

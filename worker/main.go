@@ -44,7 +44,10 @@ func run() error {
 	prepare := flag.Bool("prepare", false, "build the sandbox base image and the sealed verifier toolchain before serving (they are otherwise built on first use)")
 	prepareOnly := flag.Bool("prepare-only", false, "build the sandbox base image and the sealed verifier toolchain, and exit")
 	reaperTTL := flag.Duration("reaper-ttl", workflows.DefaultReaperTTLSec*time.Second, "remove t1flow containers older than this even if their rollout still runs")
+	reaperRetire := flag.Duration("reaper-retire-after", workflows.DefaultReaperRetireAfterSec*time.Second, "a sandbox host with no worker and no completed reap for this long has its reaper schedule deleted (a new schedule only; 0: never)")
 	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
+	maxSandboxes := flag.Int("max-sandboxes", activities.DefaultMaxSandboxes(), "live sandboxes this host admits at once (0: no limit); creations past it wait, then retry elsewhere")
+	admissionWait := flag.Duration("admission-wait", activities.DefaultAdmissionWait, "how long a sandbox creation waits for room on a full host before it fails HostFull (retried, maybe on another host)")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
 	flag.DurationVar(&roles.StopTimeout, "stop-timeout", roles.DefaultStopTimeout,
 		"on SIGTERM, how long running activities (trainer operations, image builds) may take to finish before they are cancelled and handed back retryable; a second signal stops at once")
@@ -68,7 +71,8 @@ func run() error {
 		return err
 	}
 	acts := &activities.Activities{Store: st, Host: ids.Clean(*host),
-		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes")}
+		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes"),
+		MaxSandboxes: *maxSandboxes, AdmissionWait: *admissionWait}
 	sandboxRole := set[roles.Sandbox]
 	if sandboxRole || *prepareOnly {
 		d, err := openSandboxes(ctx, *aliases, *prepare || *prepareOnly)
@@ -96,18 +100,18 @@ func run() error {
 	acts.Temporal = c
 
 	if sandboxRole {
-		if err := ensureReaperSchedule(ctx, c, acts.Host, *reaperEvery, *reaperTTL); err != nil {
+		if err := ensureReaperSchedule(ctx, c, acts.Host, *reaperEvery, *reaperTTL, *reaperRetire); err != nil {
 			return err
 		}
 	}
 	workers := roles.New(c, *role, acts)
 	if set[roles.GPU] {
-		w, stopGPU, err := g.start(ctx, c, st)
+		ws, stopGPU, err := g.start(ctx, c, st, *host)
 		if err != nil {
 			return err
 		}
 		defer stopGPU()
-		workers = append(workers, w)
+		workers = append(workers, ws...)
 	}
 	if err := roles.Start(workers); err != nil {
 		return err
@@ -154,7 +158,11 @@ func openSandboxes(ctx context.Context, aliases string, prepare bool) (*sandbox.
 }
 
 // ensureReaperSchedule creates this host's reaper schedule once.
-func ensureReaperSchedule(ctx context.Context, c client.Client, host string, every, ttl time.Duration) error {
+func ensureReaperSchedule(ctx context.Context, c client.Client, host string, every, ttl, retire time.Duration) error {
+	retireSec := retire.Seconds()
+	if retire <= 0 {
+		retireSec = -1 // never
+	}
 	_, err := c.ScheduleClient().Create(ctx, client.ScheduleOptions{
 		ID:      ids.ReaperScheduleID(host),
 		Spec:    client.ScheduleSpec{Intervals: []client.ScheduleIntervalSpec{{Every: every}}},
@@ -162,7 +170,7 @@ func ensureReaperSchedule(ctx context.Context, c client.Client, host string, eve
 		Action: &client.ScheduleWorkflowAction{
 			ID:                  ids.ReaperWorkflowID(host),
 			Workflow:            workflows.ReaperWorkflow,
-			Args:                []any{workflows.ReaperInput{Host: host, TTLSec: ttl.Seconds()}},
+			Args:                []any{workflows.ReaperInput{Host: host, TTLSec: ttl.Seconds(), RetireAfterSec: retireSec}},
 			TaskQueue:           ids.ControlQueue,
 			WorkflowRunTimeout:  10 * time.Minute,
 			WorkflowTaskTimeout: 10 * time.Second,

@@ -21,6 +21,9 @@ const (
 	DefaultEvalConcurrency    = 4
 	DefaultReaperTTLSec       = 24 * 3600
 	DefaultReaperIntervalSecs = 60
+	// DefaultReaperRetireAfterSec: a host with no worker and no completed
+	// reap for this long is retired (its reaper schedule deleted).
+	DefaultReaperRetireAfterSec = 24 * 3600
 )
 
 // Rollout outcomes (the Outcome search attribute).

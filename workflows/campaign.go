@@ -62,6 +62,9 @@ type CampaignState struct {
 	// (campaign_resume.go).
 	KeyTag  string         `json:"key_tag,omitempty"`
 	Resumes []ResumeRecord `json:"resumes,omitempty"`
+	// Trainer is the trainer the campaign is pinned to (trainer_pin.go);
+	// nil: the shared GPU queue.
+	Trainer *gpu.TrainerRef `json:"trainer,omitempty"`
 }
 
 // CampaignInput is the config and, after continue-as-new, the state.
@@ -102,6 +105,7 @@ type CampaignStatus struct {
 	Retries map[string]int `json:"retries,omitempty"`
 	Skipped []string       `json:"skipped,omitempty"`
 	Resumes []ResumeRecord `json:"resumes,omitempty"`
+	Trainer string         `json:"trainer,omitempty"` // the trainer it is pinned to
 }
 
 // CampaignResult is the finished campaign and its report.
@@ -188,6 +192,9 @@ func (c *campaignRun) status() CampaignStatus {
 	if c.st.Checkpoint != nil {
 		s.Checkpoint = c.st.Checkpoint.Name
 	}
+	if c.st.Trainer != nil {
+		s.Trainer = c.st.Trainer.Name
+	}
 	if n := len(c.st.Steps); n > 0 {
 		s.Recent = c.st.Steps[max(0, n-3):]
 	}
@@ -237,6 +244,9 @@ func (c *campaignRun) run(ctx workflow.Context) (CampaignResult, error) {
 // connect finds the inference servers the rollouts sample from and, once per
 // campaign, loads the trainer's weights into them.
 func (c *campaignRun) connect(ctx workflow.Context) error {
+	if workflow.GetVersion(ctx, "trainer-queue", workflow.DefaultVersion, 1) == 1 {
+		return c.connectPinned(ctx) // trainer_pin.go
+	}
 	st := c.st
 	if len(st.URLs) == 0 {
 		if len(c.cfg.Policy.Inference) > 0 {

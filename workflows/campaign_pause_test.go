@@ -33,6 +33,13 @@ func campaignEnv(t *testing.T, step func(n, call int) (StepRecord, error), initE
 // campaignBaseEnv is campaignEnv with the PPO step workflow left to the
 // caller; every pool holds tasks.
 func campaignBaseEnv(t *testing.T, tasks []task.Ref, initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
+	return campaignSaveEnv(t, tasks, func(in gpu.SaveInput) (gpu.Checkpoint, error) {
+		return gpu.Checkpoint{Name: in.Name, WeightVersion: "v0"}, nil
+	}, initErr...)
+}
+
+// campaignSaveEnv is campaignBaseEnv whose checkpoint saves answer save.
+func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (gpu.Checkpoint, error), initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&gpu.Activities{})
@@ -47,7 +54,7 @@ func campaignBaseEnv(t *testing.T, tasks []task.Ref, initErr ...error) (*testsui
 		return gpu.Health{OK: true}, nil
 	})
 	env.OnActivity(gact.TrainerSave, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.SaveInput) (gpu.Checkpoint, error) {
-		return gpu.Checkpoint{Name: in.Name, WeightVersion: "v0"}, nil
+		return save(in)
 	})
 	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return("v0", nil)
 	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return(tasks, nil)

@@ -64,10 +64,10 @@ func (c *campaignRun) resumeFrom(ctx workflow.Context) error {
 	c.inFlight = "resume from " + ck.Name
 	c.details(ctx)
 	var h gpu.Health
-	err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "resume: "+ck.Name+" into the trainer"), gact.TrainerInit,
+	err := workflow.ExecuteActivity(c.gpuCtx(ctx, "resume: "+ck.Name+" into the trainer"), gact.TrainerInit,
 		gpu.InitInput{Campaign: c.cfg.Name, Checkpoint: &ck, Resume: true}).Get(ctx, &h)
 	if err != nil {
-		return err
+		return c.gone(err)
 	}
 	rec := ResumeRecord{Run: st.Runs, Phase: st.Phase, Step: st.Step, Checkpoint: ck.Name, WeightVersion: ck.WeightVersion,
 		TrainerVersion: fmt.Sprintf("v%d", h.Version), Kept: h.Kept}
@@ -76,10 +76,10 @@ func (c *campaignRun) resumeFrom(ctx workflow.Context) error {
 		rec.KeyTag = st.KeyTag
 	}
 	var version string
-	err = workflow.ExecuteActivity(gpuActivityCtx(ctx, "resume: "+ck.Name+" into inference"), gact.InferenceLoadAll,
+	err = workflow.ExecuteActivity(c.gpuCtx(ctx, "resume: "+ck.Name+" into inference"), gact.InferenceLoadAll,
 		gpu.LoadInput{Checkpoint: ck, URLs: c.cfg.Policy.Inference}).Get(ctx, &version)
 	if err != nil {
-		return err
+		return c.gone(err)
 	}
 	if version != ck.WeightVersion {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("inference serves %s after loading checkpoint %s (%s)", version, ck.Name, ck.WeightVersion), errs.Infra, nil)

@@ -34,7 +34,8 @@ func (c *campaignRun) agent() activities.AgentSpec {
 // batch is the tasks rolled out by the current policy for training.
 func (c *campaignRun) batch(tasks []task.Ref) RolloutBatch {
 	return RolloutBatch{Campaign: c.cfg.Name, KeyPrefix: c.trainKey(""), Tasks: tasks, Agent: c.agent(), Version: c.st.WeightVersion,
-		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency, DeadlineMinutes: c.cfg.PPO.StepDeadlineMinutes}
+		Preset: c.cfg.Policy.Preset, TurnCap: c.cfg.PPO.TurnCap, S: c.cfg.S, Concurrency: c.st.Concurrency, DeadlineMinutes: c.cfg.PPO.StepDeadlineMinutes,
+		Trainer: c.st.Trainer}
 }
 
 func (c *campaignRun) poolTasks(ctx workflow.Context, pool string, n int, seed int) ([]task.Ref, error) {
@@ -55,11 +56,11 @@ func (c *campaignRun) trainKey(what string) string { return c.key(c.st.KeyTag + 
 // checkpoint saves the trainer's weights and loads them into inference.
 func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
 	var ck gpu.Checkpoint
-	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "save checkpoint "+label), gact.TrainerSave, gpu.SaveInput{Name: c.key(label)}).Get(ctx, &ck); err != nil {
-		return err
+	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "save checkpoint "+label), gact.TrainerSave, gpu.SaveInput{Name: c.key(label)}).Get(ctx, &ck); err != nil {
+		return c.gone(err)
 	}
 	var version string
-	lctx := gpuActivityCtx(ctx, "load "+label+" into inference")
+	lctx := c.gpuCtx(ctx, "load "+label+" into inference")
 	var load workflow.Future
 	if workflow.GetVersion(ctx, "load-every-replica", workflow.DefaultVersion, 1) == 1 {
 		// Every replica the rollouts sample from gets the weights, not only
@@ -69,7 +70,7 @@ func (c *campaignRun) checkpoint(ctx workflow.Context, label string) error {
 		load = workflow.ExecuteActivity(lctx, gact.InferenceLoad, ck)
 	}
 	if err := load.Get(ctx, &version); err != nil {
-		return err
+		return c.gone(err)
 	}
 	if version != ck.WeightVersion {
 		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("inference serves %s after loading checkpoint %s (%s)", version, label, ck.WeightVersion), errs.Infra, nil)
@@ -90,8 +91,8 @@ func (c *campaignRun) loadInit(ctx workflow.Context) error {
 	if c.init != nil {
 		summary = "load init " + c.init.Name + " into the trainer"
 	}
-	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, summary), gact.TrainerInit, in).Get(ctx, nil); err != nil {
-		return err
+	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, summary), gact.TrainerInit, in).Get(ctx, nil); err != nil {
+		return c.gone(err)
 	}
 	return c.checkpoint(ctx, "init")
 }
@@ -172,10 +173,10 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 		hyper["minibatches"] = c.cfg.SFT.Minibatches
 	}
 	var m gpu.Metrics
-	if err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
+	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
 		Key: c.trainKey("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: hyper,
 	}).Get(ctx, &m); err != nil {
-		return err
+		return c.gone(err)
 	}
 	return c.checkpoint(ctx, "sft")
 }

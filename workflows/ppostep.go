@@ -67,6 +67,9 @@ type RolloutBatch struct {
 	// DeadlineMinutes after a collection starts, an aborted rollout is no
 	// longer started again and is left out (0: DefaultStepDeadlineMinutes).
 	DeadlineMinutes float64 `json:"deadline_minutes,omitempty"`
+	// Trainer is the campaign's pinned trainer (trainer_pin.go); nil: the
+	// shared GPU queue.
+	Trainer *gpu.TrainerRef `json:"trainer,omitempty"`
 }
 
 // PPOStepInput is one PPO step: the batch and the step's training settings.
@@ -284,10 +287,10 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	rec.RewardMean = col.reward / float64(len(col.batch))
 	rec.ResolvedRate = float64(col.resolved) / float64(len(col.batch))
 	rec.MeanTurns = col.turns / float64(len(col.batch))
-	gctx := gpuActivityCtx(ctx, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)))
+	gctx := trainerCtx(ctx, in.Trainer, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)))
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
 		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Preset: in.Preset, Hyper: in.Hyper,
 	}).Get(ctx, &rec.Metrics)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("trained on %d of %d rollouts, reward %.3f, at most %d retries after aborts", rec.Trained, rec.Rollouts, rec.RewardMean, rec.RetriesMax))
-	return rec, err
+	return rec, trainerGone(err, in.Trainer)
 }

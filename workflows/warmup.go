@@ -66,7 +66,7 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 	if w.width, err = newConcurrency(ctx, in.Concurrency, func() Progress { return Progress{Running: w.running, Concurrency: w.width.limit()} }); err != nil {
 		return w.res, err
 	}
-	gctx := gpuActivityCtx(ctx, "")
+	gctx := trainerCtx(ctx, in.Trainer, "")
 	// Version 1 gates on held-out EV; histories before it gated on the EV of
 	// the batch just fitted, and an undefined EV passed.
 	heldOut := workflow.GetVersion(ctx, "warmup-heldout-gate", workflow.DefaultVersion, 1) == 1
@@ -78,7 +78,7 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 		w.res.Rounds = round
 		m, err := w.round(ctx, gctx, round)
 		if err != nil {
-			return w.res, err
+			return w.res, trainerGone(err, in.Trainer)
 		}
 		passed := w.inSampleGate(m)
 		if heldOut {

@@ -25,6 +25,13 @@ const (
 	// TrainerBusy: another campaign holds the trainer (one campaign at a
 	// time trains on a trainer); non-retryable, the campaign pauses on it.
 	TrainerBusy = "TrainerBusy"
+	// TrainerGone: the trainer a campaign is pinned to took no call within
+	// the wait (its host or worker is gone); non-retryable, the campaign
+	// pauses on it, naming the trainer.
+	TrainerGone = "TrainerGone"
+	// HostFull: a sandbox host at its limit of live sandboxes; retryable
+	// (the retry may reach another host).
+	HostFull = "HostFull"
 	// SynthesisRejected: a synthesizer proposal that is not a valid task; the
 	// round tries another variation.
 	SynthesisRejected = "SynthesisRejected"
@@ -80,6 +87,16 @@ func SynthesisRejectedf(format string, args ...any) error {
 // TrainerBusyf says which campaign holds the trainer: non-retryable.
 func TrainerBusyf(format string, args ...any) error {
 	return newf(TrainerBusy, false, format, args)
+}
+
+// TrainerGonef names the trainer that is gone: non-retryable.
+func TrainerGonef(format string, args ...any) error {
+	return newf(TrainerGone, false, format, args)
+}
+
+// HostFullf is a sandbox host at its limit: retryable.
+func HostFullf(format string, args ...any) error {
+	return newf(HostFull, true, format, args)
 }
 
 // TurnLostf reports a lost agent turn: non-retryable.

@@ -21,6 +21,11 @@ const (
 // the worker that owns the Docker host holding the container.
 func SandboxHostQueue(host string) string { return "t1flow-sandbox-" + host }
 
+// TrainerQueue is one trainer's own queue: a GPU worker serves it beside
+// GPUQueue, and every trainer and inference call of a campaign pinned to that
+// trainer goes there (a trainer holds one campaign's weights and journal).
+func TrainerQueue(trainer string) string { return "t1flow-gpu-" + Clean(trainer) }
+
 var unsafe = regexp.MustCompile(`[^A-Za-z0-9_.-]+`)
 
 // Clean makes a user-given name safe for IDs, container names and store keys.

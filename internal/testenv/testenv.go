@@ -22,6 +22,7 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/worker/roles"
@@ -210,11 +211,12 @@ func GPUWorker(tb testing.TB, c client.Client, st store.Store, home string) *gpu
 	if err != nil {
 		tb.Fatal(err)
 	}
-	w := roles.NewGPU(c, l.Acts)
-	if err := w.Start(); err != nil {
+	l.Acts.Name = "test" + ids.Clean(home) // its own queue, apart from other tests' trainers
+	ws := roles.NewGPU(c, l.Acts)
+	if err := roles.Start(ws); err != nil {
 		l.Stop()
 		tb.Fatal(err)
 	}
-	tb.Cleanup(func() { w.Stop(); l.Stop() })
+	tb.Cleanup(func() { roles.Stop(ws); l.Stop() })
 	return l
 }

@@ -93,16 +93,24 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 	return ws
 }
 
-// NewGPU builds (without starting) the worker of the GPU queue for the
-// activities of running trainer and inference processes.
-func NewGPU(c client.Client, acts *gpu.Activities) worker.Worker {
-	// A few at a time: each call holds a trainer or inference process.
-	w := worker.New(c, ids.GPUQueue, opts(4))
+// NewGPU builds (without starting) the workers of the GPU queues for the
+// activities of running trainer and inference processes: the shared queue,
+// where a campaign claims a trainer, and, for a named trainer, its own queue,
+// where the campaigns pinned to it call (gpu/pin.go).
+func NewGPU(c client.Client, acts *gpu.Activities) []worker.Worker {
 	if acts.Running == nil {
 		acts.Running = campaignRunning(c)
 	}
+	// A few at a time: each call holds a trainer or inference process.
+	w := worker.New(c, ids.GPUQueue, opts(4))
 	w.RegisterActivity(acts)
-	return w
+	ws := []worker.Worker{w}
+	if acts.Name != "" {
+		own := worker.New(c, ids.TrainerQueue(acts.Name), opts(4))
+		own.RegisterActivity(acts)
+		ws = append(ws, own)
+	}
+	return ws
 }
 
 // campaignRunning asks Temporal whether a campaign's workflow still runs
