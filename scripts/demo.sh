@@ -61,7 +61,7 @@ bin/starter tasks import $(ls -d "$STATE"/learn/train/* | head -n 8) --pool hell
 bin/starter tasks import "$STATE/learn/heldout" --pool hello-heldout
 
 echo
-echo "== 5. the campaign: SFT, critic warm-up, PPO, evals on held-out variants (8-22 minutes on 2 cores)"
+echo "== 5. the campaign: SFT, critic warm-up, PPO, evals on held-out variants (about 12 minutes on 2 cores)"
 start=$(date +%s)
 bin/starter campaign start -f examples/campaigns/learn.toml --wait
 echo "campaign wall time: $(( $(date +%s) - start ))s"
