@@ -120,25 +120,10 @@ func (b *bytesProgress) moved(ctx context.Context, n int, size int) {
 // (save, load) runs, and only while the trainer answers /health: an
 // unreachable trainer stops the heartbeats, and the heartbeat timeout retries.
 func (a *Activities) alive(ctx context.Context, phase string) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(progressPoll)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
-			pctx, c := context.WithTimeout(ctx, progressPoll)
-			_, err := a.Trainer.Health(pctx)
-			c()
-			if err == nil {
-				heartbeat.Record(ctx, phase)
-			}
-		}
-	}()
-	return func() { close(done) }
+	return heartbeat.While(ctx, progressPoll, func(ctx context.Context) (any, bool) {
+		pctx, c := context.WithTimeout(ctx, progressPoll)
+		defer c()
+		_, err := a.Trainer.Health(pctx)
+		return phase, err == nil
+	})
 }

@@ -20,6 +20,18 @@ func Record(ctx context.Context, details ...any) {
 // Every heartbeats each interval with what details returns (nil: no details)
 // until the returned stop func is called or ctx ends.
 func Every(ctx context.Context, every time.Duration, details func(context.Context) any) (stop func()) {
+	return While(ctx, every, func(ctx context.Context) (any, bool) {
+		if details == nil {
+			return nil, true
+		}
+		return details(ctx), true
+	})
+}
+
+// While is Every where each tick first asks check whether to heartbeat at
+// all: a tick whose check says false sends nothing (the heartbeat timeout
+// then notices a call that stopped making progress).
+func While(ctx context.Context, every time.Duration, check func(context.Context) (details any, ok bool)) (stop func()) {
 	if !activity.IsActivity(ctx) {
 		return func() {}
 	}
@@ -34,10 +46,12 @@ func Every(ctx context.Context, every time.Duration, details func(context.Contex
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				if details == nil {
+				switch d, ok := check(ctx); {
+				case !ok:
+				case d == nil:
 					activity.RecordHeartbeat(ctx)
-				} else {
-					activity.RecordHeartbeat(ctx, details(ctx))
+				default:
+					activity.RecordHeartbeat(ctx, d)
 				}
 			}
 		}
