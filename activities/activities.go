@@ -272,17 +272,28 @@ func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error 
 }
 
 // Reap removes this host's t1flow containers whose rollout workflow has
-// closed (or never existed), and any older than the TTL.
+// closed (or never existed), and any older than the TTL; and, on a daemon
+// shared with other hosts, their sandboxes whose rollouts closed here
+// (reap_others.go).
 func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error) {
 	list, err := a.Docker.List(ctx, a.Host)
+	if err != nil {
+		return ReapResult{}, errs.Infraf("docker ps: %v", err)
+	}
+	others, err := a.Docker.ListOthers(ctx, a.Host)
 	if err != nil {
 		return ReapResult{}, errs.Infraf("docker ps: %v", err)
 	}
 	var res ReapResult
 	var failed *multierror.Error
 	now := time.Now()
-	for _, c := range list {
-		reason := a.reapReason(ctx, c.Labels, now, in.TTLSec)
+	for i, c := range append(list, others...) {
+		var reason string
+		if i < len(list) {
+			reason = a.reapReason(ctx, c.Labels, now, in.TTLSec)
+		} else {
+			reason = a.othersReapReason(ctx, c.Labels)
+		}
 		if reason == "" {
 			res.Kept++
 			continue

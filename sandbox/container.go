@@ -194,10 +194,27 @@ type Container struct {
 // worker sharing the daemon (or talking to another Temporal) owns its own,
 // and their workflows are unknown here.
 func (d *Docker) List(ctx context.Context, host string) ([]Container, error) {
-	list, err := d.Client.ContainerList(ctx, container.ListOptions{
-		All:     true,
-		Filters: filters.NewArgs(filters.Arg("label", LabelRollout), filters.Arg("label", LabelHost+"="+host)),
-	})
+	return d.list(ctx, filters.NewArgs(filters.Arg("label", LabelRollout), filters.Arg("label", LabelHost+"="+host)))
+}
+
+// ListOthers returns the sandboxes on this daemon that other hosts than
+// host made (sandbox workers sharing one daemon), running or not.
+func (d *Docker) ListOthers(ctx context.Context, host string) ([]Container, error) {
+	all, err := d.list(ctx, filters.NewArgs(filters.Arg("label", LabelRollout), filters.Arg("label", LabelHost)))
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, c := range all {
+		if c.Labels[LabelHost] != host {
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+func (d *Docker) list(ctx context.Context, f filters.Args) ([]Container, error) {
+	list, err := d.Client.ContainerList(ctx, container.ListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, err
 	}

@@ -48,6 +48,7 @@ func run() error {
 	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
 	maxSandboxes := flag.Int("max-sandboxes", activities.DefaultMaxSandboxes(), "live sandboxes this host admits at once (0: no limit); creations past it wait, then retry elsewhere")
 	admissionWait := flag.Duration("admission-wait", activities.DefaultAdmissionWait, "how long a sandbox creation waits for room on a full host before it fails HostFull (retried, maybe on another host)")
+	flag.DurationVar(&workflows.HostWait, "host-wait", workflows.HostWait, "control: how long a rollout waits for the sandbox host that owns its container (a worker restart fits in it); past it the host is gone and the rollout starts over in a fresh sandbox on any host")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
 	flag.DurationVar(&roles.StopTimeout, "stop-timeout", roles.DefaultStopTimeout,
 		"on SIGTERM, how long running activities (trainer operations, image builds) may take to finish before they are cancelled and handed back retryable; a second signal stops at once")

@@ -4,6 +4,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/store"
@@ -25,6 +26,12 @@ const (
 	// reap for this long is retired (its reaper schedule deleted).
 	DefaultReaperRetireAfterSec = 24 * 3600
 )
+
+// HostWait is how long a rollout's call to the sandbox host that owns its
+// container waits for a worker of that host (the control worker's
+// -host-wait): a worker restart fits in it; past it the host is gone, and the
+// rollout starts over in a fresh sandbox on any host (rollout.go).
+var HostWait = DefaultHostWaitSec * time.Second
 
 // Rollout outcomes (the Outcome search attribute).
 const (
@@ -79,7 +86,7 @@ func (in *RolloutInput) defaults() {
 		in.MaxSandboxAttempts = DefaultSandboxAttempts
 	}
 	if in.HostWaitSec <= 0 {
-		in.HostWaitSec = DefaultHostWaitSec
+		in.HostWaitSec = HostWait.Seconds()
 	}
 	if in.Stage == "" {
 		in.Stage = "eval"

@@ -131,7 +131,7 @@ func (r *rollout) failed(ctx workflow.Context, n int, err error) (stop bool) {
 
 // attempt runs one sandbox from creation to destruction. A nil error means the
 // rollout has its outcome (scored or verifier_error).
-func (r *rollout) attempt(ctx workflow.Context, n int) error {
+func (r *rollout) attempt(ctx workflow.Context, n int) (err error) {
 	r.status = RolloutStatus{Phase: "sandbox", SandboxAttempt: n}
 	cs, err := r.createSandbox(ctx, n)
 	if err != nil {
@@ -140,9 +140,18 @@ func (r *rollout) attempt(ctx workflow.Context, n int) error {
 	sb := cs.Sandbox
 	r.rec.Containers = append(r.rec.Containers, sb.Name)
 	r.status.Container, r.status.Host = sb.Name, sb.Host
-	// The sandbox is released however this attempt ends, cancellation included.
-	defer r.release(ctx, sb)
+	// The sandbox is released however this attempt ends, cancellation
+	// included; a host found gone is named in the error.
+	defer func() {
+		r.release(ctx, sb, err)
+		err = r.hostGone(err, sb)
+	}()
+	return r.episode(ctx, cs)
+}
 
+// episode runs the agent and the verifier in the attempt's sandbox.
+func (r *rollout) episode(ctx workflow.Context, cs activities.CreateSandboxResult) error {
+	sb := cs.Sandbox
 	r.status.Phase = "agent"
 	if err := r.agentPhase(ctx, cs); err != nil {
 		return err
@@ -186,7 +195,17 @@ func (r *rollout) onHost(ctx workflow.Context, sb activities.Sandbox, o workflow
 	return workflow.WithActivityOptions(ctx, o)
 }
 
-func (r *rollout) release(ctx workflow.Context, sb activities.Sandbox) {
+// release destroys the attempt's sandbox. After a call its host took
+// within HostWaitSec (cause), the host is gone: waiting as long again for
+// the destroy would only delay the fresh sandbox, so from version
+// host-gone-skip-destroy on it is left to the reaper (of the host when it
+// comes back, or of another host on the same Docker daemon).
+func (r *rollout) release(ctx workflow.Context, sb activities.Sandbox, cause error) {
+	if scheduleToStartTimeout(cause) && workflow.GetVersion(ctx, "host-gone-skip-destroy", workflow.DefaultVersion, 1) == 1 {
+		workflow.GetLogger(ctx).Warn("sandbox host gone; the reaper will remove the sandbox", "container", sb.Name, "host", sb.Host)
+		r.rec.Failures = append(r.rec.Failures, fmt.Sprintf("destroy %s: skipped, host %s is gone (the reaper removes it)", sb.Name, sb.Host))
+		return
+	}
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	dctx = r.onHost(dctx, sb, workflow.ActivityOptions{
 		StartToCloseTimeout: 2 * time.Minute,
@@ -198,6 +217,17 @@ func (r *rollout) release(ctx workflow.Context, sb activities.Sandbox) {
 		workflow.GetLogger(ctx).Warn("sandbox not destroyed; the reaper will remove it", "container", sb.Name, "error", err)
 		r.rec.Failures = append(r.rec.Failures, "destroy "+sb.Name+": "+oneLine(err))
 	}
+}
+
+// hostGone names the host when no worker of it took a call within
+// HostWaitSec: the rollout goes on in a fresh sandbox on any host.
+func (r *rollout) hostGone(err error, sb activities.Sandbox) error {
+	if !scheduleToStartTimeout(err) {
+		return err
+	}
+	return temporal.NewApplicationErrorWithCause(fmt.Sprintf("sandbox host %s took no call on %s within %s: the host is gone; "+
+		"the rollout starts over in a fresh sandbox on another host", sb.Host, sb.HostQueue,
+		time.Duration(r.in.HostWaitSec*float64(time.Second))), errs.Infra, err)
 }
 
 // agentPhase runs turns until the agent ends, the turn cap or the agent's

@@ -339,3 +339,37 @@ func TestSummarizeCountsUnscoredApart(t *testing.T) {
 	require.Equal(t, 0, s.ByCategory["b"].Scored)
 	require.InDelta(t, 2.0, s.MeanTurns, 1e-12)
 }
+
+// TestGoneHostStartsOverOnAnotherHost: a call that no worker of the
+// sandbox's host takes within the host wait (its host is gone) ends the
+// attempt without waiting as long again for a destroy there (the reaper
+// removes that sandbox); a fresh sandbox, made on the shared queue, scores
+// the rollout. When every host is gone, the error names the host.
+func TestGoneHostStartsOverOnAnotherHost(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	var calls atomic.Int32
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(func(ctx context.Context, in activities.TurnInput) (activities.TurnResult, error) {
+		if calls.Add(1) == 2 {
+			return activities.TurnResult{}, notTaken()
+		}
+		return f.turn(ctx, in)
+	})
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(verified(2, 2))
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"a", "b"}}))
+	require.Equal(t, OutcomeResolved, res.Outcome)
+	require.Equal(t, 2, res.SandboxAttempts)
+	require.Equal(t, 2, res.Turns, "the fresh sandbox starts the episode over")
+	require.Equal(t, []int{1, 2}, f.created)
+	require.Equal(t, []string{"sb-2"}, f.destroyed, "no destroy is sent to the gone host")
+
+	f = &fakeSandbox{}
+	env = newEnv(t, f)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(activities.TurnResult{}, notTaken())
+	res = runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeInfraError, res.Outcome)
+	require.False(t, res.Scored)
+	require.Equal(t, DefaultSandboxAttempts, res.SandboxAttempts)
+	require.Empty(t, f.destroyed)
+	require.Contains(t, res.Error, "sandbox host h took no call on t1flow-sandbox-h within 10m0s: the host is gone")
+}
