@@ -26,9 +26,13 @@ import (
 // resolveCheckpoints turns --checkpoint references into stored checkpoints.
 // A reference is CAMPAIGN:LABEL (init, sft, warmup, step-0003, latest), the
 // name of a saved checkpoint as reports print it, or a directory holding a
-// manifest.json (imported into the store).
-func resolveCheckpoints(ctx context.Context, c client.Client, st store.Store, arg string) ([]workflows.NamedCheckpoint, error) {
+// manifest.json (imported into the store). The trainer is the one the named
+// campaigns are pinned to, where the checkpoints are loaded (nil: none
+// named, or campaigns from before pinning); campaigns pinned to different
+// trainers are refused.
+func resolveCheckpoints(ctx context.Context, c client.Client, st store.Store, arg string) ([]workflows.NamedCheckpoint, *gpu.TrainerRef, error) {
 	var out []workflows.NamedCheckpoint
+	var trainer *gpu.TrainerRef
 	seen := map[string]bool{}
 	for _, ref := range strings.Split(arg, ",") {
 		ref = strings.TrimSpace(ref)
@@ -36,60 +40,80 @@ func resolveCheckpoints(ctx context.Context, c client.Client, st store.Store, ar
 			continue
 		}
 		if seen[ref] {
-			return nil, badInput(fmt.Errorf("--checkpoint %q is named twice", ref))
+			return nil, nil, badInput(fmt.Errorf("--checkpoint %q is named twice", ref))
 		}
 		seen[ref] = true
-		ck, err := resolveCheckpoint(ctx, c, st, ref)
+		ck, tr, err := resolveCheckpointOn(ctx, c, st, ref)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
+		}
+		if tr != nil && trainer != nil && tr.Name != trainer.Name {
+			return nil, nil, badInput(fmt.Errorf("--checkpoint %q: its campaign is pinned to trainer %s, an earlier one's to %s: "+
+				"evaluate one trainer's checkpoints at a time", ref, tr.Name, trainer.Name))
+		}
+		if tr != nil {
+			trainer = tr
 		}
 		out = append(out, workflows.NamedCheckpoint{Label: ref, Checkpoint: ck})
 	}
 	if len(out) == 0 {
-		return nil, badInput(errors.New("--checkpoint: name at least one checkpoint"))
+		return nil, nil, badInput(errors.New("--checkpoint: name at least one checkpoint"))
 	}
-	return out, nil
+	return out, trainer, nil
 }
 
 func resolveCheckpoint(ctx context.Context, c client.Client, st store.Store, ref string) (gpu.Checkpoint, error) {
+	ck, _, err := resolveCheckpointOn(ctx, c, st, ref)
+	return ck, err
+}
+
+// resolveCheckpointOn is resolveCheckpoint and, for CAMPAIGN:LABEL, the
+// trainer the campaign is pinned to.
+func resolveCheckpointOn(ctx context.Context, c client.Client, st store.Store, ref string) (gpu.Checkpoint, *gpu.TrainerRef, error) {
 	if fi, err := os.Stat(ref); err == nil && fi.IsDir() {
 		mb, err := os.ReadFile(filepath.Join(ref, "manifest.json"))
 		if err != nil {
-			return gpu.Checkpoint{}, badInput(fmt.Errorf("--checkpoint %s: a checkpoint directory needs a manifest.json: %w", ref, err))
+			return gpu.Checkpoint{}, nil, badInput(fmt.Errorf("--checkpoint %s: a checkpoint directory needs a manifest.json: %w", ref, err))
 		}
 		sum := sha256.Sum256(mb)
 		abs, _ := filepath.Abs(ref)
 		ck, err := gpu.ImportCheckpoint(ctx, st, ref, "import/"+filepath.Base(abs)+"-"+hex.EncodeToString(sum[:])[:12])
 		if err != nil {
-			return ck, badInput(fmt.Errorf("--checkpoint %s: %w", ref, err))
+			return ck, nil, badInput(fmt.Errorf("--checkpoint %s: %w", ref, err))
 		}
-		return ck, nil
+		return ck, nil, nil
 	}
 	name := ref
+	var trainer *gpu.TrainerRef
 	if camp, label, ok := strings.Cut(ref, ":"); ok {
 		var err error
-		if name, err = campaignCheckpointName(ctx, c, st, camp, label); err != nil {
-			return gpu.Checkpoint{}, err
+		if name, trainer, err = campaignCheckpointName(ctx, c, st, camp, label); err != nil {
+			return gpu.Checkpoint{}, nil, err
 		}
 	}
 	ck, err := gpu.FindCheckpoint(ctx, st, name)
 	if errors.Is(err, store.ErrNotFound) {
-		return ck, badInput(fmt.Errorf("--checkpoint %q: no checkpoint %q in the store (name one as CAMPAIGN:LABEL, by the name reports print, or as a directory with a manifest.json)", ref, name))
+		return ck, nil, badInput(fmt.Errorf("--checkpoint %q: no checkpoint %q in the store (name one as CAMPAIGN:LABEL, by the name reports print, or as a directory with a manifest.json)", ref, name))
 	}
 	if err != nil {
-		return ck, fmt.Errorf("--checkpoint %q: %w", ref, err)
+		return ck, nil, fmt.Errorf("--checkpoint %q: %w", ref, err)
 	}
-	return ck, nil
+	return ck, trainer, nil
 }
 
 // campaignCheckpointName maps CAMPAIGN:LABEL to a checkpoint name, asking the
-// campaign (or its stored report) for its epoch and latest checkpoint.
-func campaignCheckpointName(ctx context.Context, c client.Client, st store.Store, camp, label string) (string, error) {
+// campaign (or its stored report) for its epoch, latest checkpoint and the
+// trainer it is pinned to.
+func campaignCheckpointName(ctx context.Context, c client.Client, st store.Store, camp, label string) (string, *gpu.TrainerRef, error) {
 	var epoch, latest string
+	var trainer *gpu.TrainerRef
 	v, err := c.QueryWorkflow(ctx, ids.CampaignWorkflowID(camp), "", workflows.QueryStatus)
 	var s workflows.CampaignStatus
 	if err == nil && v.Get(&s) == nil && s.Epoch != "" {
 		epoch, latest = s.Epoch, s.Checkpoint
+		if s.Trainer != "" {
+			trainer = &gpu.TrainerRef{Name: s.Trainer, Queue: ids.TrainerQueue(s.Trainer)}
+		}
 	} else {
 		var rep workflows.CampaignReportData
 		ref, lerr := st.Lookup(ctx, "campaigns/"+ids.Clean(camp)+"/report.json")
@@ -98,9 +122,9 @@ func campaignCheckpointName(ctx context.Context, c client.Client, st store.Store
 			if err != nil {
 				why += "; query: " + err.Error()
 			}
-			return "", badInput(fmt.Errorf("--checkpoint %s:%s: cannot find campaign %q (%s)", camp, label, camp, why))
+			return "", nil, badInput(fmt.Errorf("--checkpoint %s:%s: cannot find campaign %q (%s)", camp, label, camp, why))
 		}
-		epoch = rep.State.Epoch
+		epoch, trainer = rep.State.Epoch, rep.State.Trainer
 		if rep.State.Checkpoint != nil {
 			latest = rep.State.Checkpoint.Name
 		}
@@ -108,13 +132,13 @@ func campaignCheckpointName(ctx context.Context, c client.Client, st store.Store
 	switch label {
 	case "latest", "final":
 		if latest == "" {
-			return "", badInput(fmt.Errorf("--checkpoint %s:%s: the campaign has saved no checkpoint yet", camp, label))
+			return "", nil, badInput(fmt.Errorf("--checkpoint %s:%s: the campaign has saved no checkpoint yet", camp, label))
 		}
-		return latest, nil
+		return latest, trainer, nil
 	case "base":
 		label = "init"
 	}
-	return camp + "/" + epoch + "/" + label, nil
+	return camp + "/" + epoch + "/" + label, trainer, nil
 }
 
 // inferenceInUse refuses to load weights into servers a running campaign

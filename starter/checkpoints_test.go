@@ -152,10 +152,18 @@ at_end = false
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	// A running campaign's checkpoints resolve through its status query.
-	cks, err := resolveCheckpoints(ctx, c, st, "busy-"+camp+":init,busy-"+camp+":latest")
+	// A running campaign's checkpoints resolve through its status query,
+	// with the trainer it is pinned to (a checkpoint eval loads them there).
+	cks, tr, err := resolveCheckpoints(ctx, c, st, "busy-"+camp+":init,busy-"+camp+":latest")
 	if err != nil || len(cks) != 2 || !strings.HasPrefix(cks[0].Checkpoint.Name, "busy-"+camp+"/") || cks[0].Checkpoint.Name != cks[1].Checkpoint.Name {
 		t.Errorf("busy-%s:init,latest resolved to %+v, %v", camp, cks, err)
+	}
+	var bs workflows.CampaignStatus
+	if v, err := c.QueryWorkflow(ctx, ids.CampaignWorkflowID("busy-"+camp), "", workflows.QueryStatus); err != nil || v.Get(&bs) != nil {
+		t.Errorf("status of busy-%s: %v", camp, err)
+	}
+	if bs.Trainer == "" || tr == nil || tr.Name != bs.Trainer || tr.Queue != ids.TrainerQueue(bs.Trainer) {
+		t.Errorf("busy-%s's checkpoints resolved to trainer %+v, want the one it is pinned to (%q)", camp, tr, bs.Trainer)
 	}
 	if code, out, _, _ := starter(t, "campaign", "status", "busy-"+camp); code != 0 || !strings.Contains(out, "latest checkpoint busy-"+camp+"/") {
 		t.Errorf("campaign status does not name the latest checkpoint:\n%s", out)

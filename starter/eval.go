@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
@@ -152,8 +153,9 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	var cks []workflows.NamedCheckpoint
+	var trainer *gpu.TrainerRef
 	if f.checkpoints != "" {
-		if cks, err = resolveCheckpoints(ctx, c, st, f.checkpoints); err != nil {
+		if cks, trainer, err = resolveCheckpoints(ctx, c, st, f.checkpoints); err != nil {
 			return err
 		}
 		if !f.force {
@@ -167,7 +169,7 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		in.SweepID = freshID(sweepID(in, cks), f.fresh)
 	}
 	if len(cks) > 0 {
-		return startCheckpointEval(ctx, c, workflows.CheckpointEvalInput{SweepID: in.SweepID, Checkpoints: cks, Eval: in},
+		return startCheckpointEval(ctx, c, workflows.CheckpointEvalInput{SweepID: in.SweepID, Checkpoints: cks, Eval: in, Trainer: trainer},
 			f.wait, f.asJSON, stdout, stderr)
 	}
 	return runSweep(ctx, c, st, in, f, stdout, stderr)

@@ -27,6 +27,11 @@ type CheckpointEvalInput struct {
 	// Eval is the sweep to run at every checkpoint (its SweepID is ignored);
 	// its agent must be a policy, whose inference servers get the weights.
 	Eval EvalSweepInput `json:"eval"`
+	// Trainer, when set, is the trainer whose worker loads the checkpoints:
+	// the one the campaign that saved them is pinned to (trainer_pin.go),
+	// beside its inference servers and its checkpoint cache. Nil: whichever
+	// GPU worker takes the shared queue.
+	Trainer *gpu.TrainerRef `json:"trainer,omitempty"`
 }
 
 // CheckpointEvalResult is the comparison across checkpoints.
@@ -55,13 +60,17 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 	}); err != nil {
 		return out, err
 	}
+	var trainer *gpu.TrainerRef
+	if in.Trainer != nil && workflow.GetVersion(ctx, "checkpoint-eval-trainer", workflow.DefaultVersion, 1) == 1 {
+		trainer = in.Trainer
+	}
 	for i, nc := range in.Checkpoints {
 		workflow.SetCurrentDetails(ctx, fmt.Sprintf("checkpoint %d/%d: **%s** (%s)", i+1, len(in.Checkpoints), nc.Label, nc.Checkpoint.WeightVersion))
 		var version string
-		err := workflow.ExecuteActivity(gpuActivityCtx(ctx, "load "+nc.Label+" into inference"), gact.InferenceLoadAll,
+		err := workflow.ExecuteActivity(trainerCtx(ctx, trainer, "load "+nc.Label+" into inference"), gact.InferenceLoadAll,
 			gpu.LoadInput{Checkpoint: nc.Checkpoint, URLs: in.Eval.Agent.Inference}).Get(ctx, &version)
 		if err != nil {
-			return out, err
+			return out, loaderGone(err, trainer)
 		}
 		sweep := in.Eval
 		sweep.SweepID = ids.CheckpointSweepID(in.SweepID, i+1, nc.Label)
@@ -76,4 +85,13 @@ func CheckpointEvalWorkflow(ctx workflow.Context, in CheckpointEvalInput) (Check
 	err := storeJSON(ctx, "store the comparison", "evals/"+ids.Clean(in.SweepID)+"/checkpoints.json", out).Get(ctx, &out.Report)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%d checkpoints evaluated", len(out.Evals)))
 	return out, err
+}
+
+// loaderGone names the pinned trainer when no worker of it took a load.
+func loaderGone(err error, t *gpu.TrainerRef) error {
+	if t == nil || !scheduleToStartTimeout(err) {
+		return err
+	}
+	return errs.TrainerGonef("trainer %s took no call on its queue %s within %s: its GPU worker or host is gone. "+
+		"The checkpoints are loaded on the trainer of the campaign that saved them: run the eval again once it is back", t.Name, t.Queue, TrainerWait)
 }

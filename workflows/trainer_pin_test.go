@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +15,11 @@ import (
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -168,5 +171,63 @@ func TestCampaignInitClaimsAnotherTrainerWhenItsTrainerIsGone(t *testing.T) {
 		if s.Trainer == nil || s.Trainer.Name != "gpu-a" {
 			t.Errorf("PPO step %d on trainer %+v, want gpu-a", s.Step, s.Trainer)
 		}
+	}
+}
+
+// checkpointEvalEnv runs a checkpoint eval of two checkpoints whose loads
+// answer load; queues records the queue of every load.
+func checkpointEvalEnv(t *testing.T, load func() error) (*testsuite.TestWorkflowEnvironment, CheckpointEvalInput, *[]string) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&gpu.Activities{})
+	env.RegisterActivity(&activities.Activities{})
+	Register(env)
+	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.LoadInput) (string, error) {
+		return in.Checkpoint.WeightVersion, load()
+	})
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(store.Ref{URI: "file:///r"}, nil)
+	env.OnWorkflow(EvalSweepWorkflow, mock.Anything, mock.Anything).Return(EvalSweepResult{}, nil)
+	queues := &[]string{}
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if n := info.ActivityType.Name; strings.HasPrefix(n, "Inference") {
+			*queues = append(*queues, n+"@"+info.TaskQueue)
+		}
+	})
+	in := CheckpointEvalInput{SweepID: "s", Eval: EvalSweepInput{Tasks: []task.Ref{testTask},
+		Agent: activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{"http://gpu-b:30000"}}},
+		Checkpoints: []NamedCheckpoint{{Label: "c:init", Checkpoint: gpu.Checkpoint{Name: "c/e1/init", WeightVersion: "v0"}},
+			{Label: "c:step-0001", Checkpoint: gpu.Checkpoint{Name: "c/e1/step-0001", WeightVersion: "v1"}}}}
+	return env, in, queues
+}
+
+// TestCheckpointEvalLoadsOnItsCampaignsTrainer: a checkpoint eval of a
+// campaign's checkpoints loads each on the trainer that campaign is pinned
+// to (its queue), not on whichever GPU worker takes the shared queue; one
+// with no trainer named loads on the shared queue; a trainer that takes no
+// load fails the eval with TrainerGone naming it.
+func TestCheckpointEvalLoadsOnItsCampaignsTrainer(t *testing.T) {
+	own := ids.TrainerQueue("gpu-b")
+	for _, tc := range []struct {
+		trainer *gpu.TrainerRef
+		queue   string
+	}{{&gpu.TrainerRef{Name: "gpu-b", Queue: own}, own}, {nil, ids.GPUQueue}} {
+		env, in, queues := checkpointEvalEnv(t, noErr)
+		in.Trainer = tc.trainer
+		env.ExecuteWorkflow(CheckpointEvalWorkflow, in)
+		if err := env.GetWorkflowError(); err != nil {
+			t.Fatal(err)
+		}
+		want := "InferenceLoadAll@" + tc.queue
+		if len(*queues) != 2 || (*queues)[0] != want || (*queues)[1] != want {
+			t.Errorf("trainer %+v: loads %v, want both as %s", tc.trainer, *queues, want)
+		}
+	}
+
+	env, in, _ := checkpointEvalEnv(t, notTaken)
+	in.Trainer = &gpu.TrainerRef{Name: "gpu-b", Queue: own}
+	env.ExecuteWorkflow(CheckpointEvalWorkflow, in)
+	var ae *temporal.ApplicationError
+	if err := env.GetWorkflowError(); !errors.As(err, &ae) || ae.Type() != errs.TrainerGone || !strings.Contains(ae.Message(), "gpu-b") {
+		t.Errorf("a load its trainer never took: %v, want TrainerGone naming gpu-b", err)
 	}
 }
