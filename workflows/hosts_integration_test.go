@@ -130,7 +130,9 @@ func checkMovedRollouts(t *testing.T, r *rig, rep workflows.EvalReport, n int, d
 			t.Fatal(err)
 		}
 		if why := strings.Join(rec.Failures, "; "); strings.Contains(why, "sandbox host "+dead+" took no call") {
-			moved++
+			if moved++; moved == 1 {
+				recordHistory(t, r.c, ro.WorkflowID, "testdata/rollout_host_gone.json")
+			}
 			t.Logf("attempt %d moved: %s", ro.Attempt, why)
 		}
 	}
