@@ -11,6 +11,9 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
@@ -172,4 +175,31 @@ at_end = false
 	if code != 2 || err == nil || !strings.Contains(err.Error(), "campaign busy-"+camp+" is running") {
 		t.Errorf("eval --checkpoint into a running campaign's server: exit %d, %v", code, err)
 	}
+	// Its checkpoints, forced into its (paused) trainer's server, load on
+	// that trainer's own queue.
+	code, out, stderr, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", "busy-"+camp+":init",
+		"--force", "--turn-cap", "1", "--max-new-tokens", "8", "--json")
+	if code != 0 || err != nil || json.Unmarshal([]byte(out), &doc) != nil {
+		t.Fatalf("eval --checkpoint busy-%s:init --force: %d %v\n%s", camp, code, err, stderr)
+	}
+	if loads := loadQueues(t, c, doc.WorkflowID); len(loads) != 1 || loads[0] != ids.TrainerQueue(bs.Trainer) {
+		t.Errorf("busy-%s:init loaded on %v, want its trainer's queue %s", camp, loads, ids.TrainerQueue(bs.Trainer))
+	}
+}
+
+// loadQueues are the task queues of a workflow's InferenceLoadAll calls.
+func loadQueues(t *testing.T, c client.Client, wid string) []string {
+	t.Helper()
+	var qs []string
+	it := c.GetWorkflowHistory(context.Background(), wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "InferenceLoadAll" {
+			qs = append(qs, a.GetTaskQueue().GetName())
+		}
+	}
+	return qs
 }
