@@ -295,7 +295,9 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 			reason = a.othersReapReason(ctx, c.Labels)
 		}
 		if reason == "" {
-			res.Kept++
+			if i < len(list) {
+				res.Kept++ // this host's; another's is not ours to count
+			}
 			continue
 		}
 		// One stuck container must not shield the others.
