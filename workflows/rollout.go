@@ -195,7 +195,7 @@ func (r *rollout) onHost(ctx workflow.Context, sb activities.Sandbox, o workflow
 	return workflow.WithActivityOptions(ctx, o)
 }
 
-// release destroys the attempt's sandbox. After a call its host took
+// release destroys the attempt's sandbox. After a call its host did not take
 // within HostWaitSec (cause), the host is gone: waiting as long again for
 // the destroy would only delay the fresh sandbox, so from version
 // host-gone-skip-destroy on it is left to the reaper (of the host when it
