@@ -29,9 +29,12 @@ func Reference() Backend {
 	return Backend{Name: BackendReference, Python: Python(), Dir: ReferenceDir()}
 }
 
-// HFPython is the hf backend's interpreter: the virtual environment
-// `make hfenv` builds at $T1FLOW_HOME/hfenv.
+// HFPython is the hf backend's interpreter: $T1FLOW_HF_PYTHON, else the
+// virtual environment `make hfenv` builds at $T1FLOW_HOME/hfenv.
 func HFPython() string {
+	if p := os.Getenv("T1FLOW_HF_PYTHON"); p != "" {
+		return p
+	}
 	home, _ := filepath.Abs(config.Home())
 	return filepath.Join(home, "hfenv", "bin", "python")
 }

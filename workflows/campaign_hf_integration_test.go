@@ -1,0 +1,134 @@
+package workflows_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/t1flow/t1flow/gpu"
+	inf "github.com/t1flow/t1flow/inference"
+	"github.com/t1flow/t1flow/internal/safetensors"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+// TestCampaignOnTheHFBackend runs a short campaign end to end on the
+// Hugging Face backend (gpu/hf): a tiny random Qwen3-MoE checkpoint with its
+// own tokenizer and ChatML template, served and trained by the hf processes a
+// GPU worker supervises (-gpu-backend hf -model DIR). SFT, its checkpoint
+// eval, critic warm-up and one PPO step all go through the same workflows as
+// the reference; the harness renders every prompt from the server's "chat"
+// template, and the trajectories carry the model's routing.
+func TestCampaignOnTheHFBackend(t *testing.T) {
+	if !testenv.Required() {
+		t.Skip("the hf backend's campaign runs with T1FLOW_INTEGRATION=1 (make test)")
+	}
+	model := testenv.HFTinyModel(t, "qwen3_moe")
+	var mc struct {
+		Layers  int `json:"num_hidden_layers"`
+		Experts int `json:"num_experts"`
+		TopK    int `json:"num_experts_per_tok"`
+	}
+	if b, err := os.ReadFile(filepath.Join(model, "config.json")); err != nil || json.Unmarshal(b, &mc) != nil || mc.Layers == 0 {
+		t.Fatalf("tiny model config: %v %+v", err, mc)
+	}
+	r := newRig(t, true)
+	home := t.TempDir()
+	start := time.Now()
+	l := testenv.GPUWorkerWith(t, r.c, r.st, gpu.LocalOptions{Home: home, Backend: gpu.BackendHF, Init: model})
+	t.Logf("hf processes healthy in %v", time.Since(start).Round(time.Millisecond))
+	info, err := l.Acts.Inference.ModelInfo(context.Background())
+	if err != nil || info.Chat == nil || info.Chat.EndOfTurnID == nil || info.NumLayers != mc.Layers || info.TopK != mc.TopK || info.NumExperts != mc.Experts {
+		t.Fatalf("hf server model info %+v (chat %+v): %v; config.json %+v", info, info.Chat, err, mc)
+	}
+	r.pools(t)
+	name := fmt.Sprintf("hf%d", time.Now().UnixNano()%1e9)
+	cfg := smallCampaign(t, name)
+	cfg.Eval.Base, cfg.Eval.AtEnd, cfg.PPO.Steps = false, false, 1
+	run := startCampaign(t, r.c, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var res workflows.CampaignResult
+	if err := run.Get(ctx, &res); err != nil {
+		r.explain(t, name)
+		t.Fatal(err)
+	}
+	t.Logf("campaign done in %v", time.Since(start).Round(time.Second))
+	st := res.State
+	if st.Phase != workflows.PhaseDone || st.Step != 1 || len(st.Steps) != 1 || st.ColdEV == nil || st.Checkpoint == nil {
+		t.Fatalf("campaign state: phase %s, step %d, %d step records, cold EV %v, checkpoint %v", st.Phase, st.Step, len(st.Steps), st.ColdEV, st.Checkpoint)
+	}
+	step := st.Steps[0]
+	if step.Trained < 1 || step.Rollouts != 2 || step.Metrics["policy_loss"] == nil {
+		t.Errorf("PPO step: %+v", step)
+	}
+	if len(st.Evals) != 1 || st.Evals[0].Label != "sft" || st.Evals[0].Summary.Rollouts != 2 {
+		t.Fatalf("evals %+v, want the SFT checkpoint's eval of 2 rollouts", st.Evals)
+	}
+	// The trainer's versions advanced (SFT, then warm-up and PPO on top), and
+	// the server serves the checkpoint of the PPO step.
+	sft, ppo := st.Evals[0].WeightVersion, st.Checkpoint.WeightVersion
+	if sft == "" || step.PolicyVersion == "" || sft == ppo || step.PolicyVersion == ppo {
+		t.Errorf("weight versions: SFT %q, sampled PPO step %q, after the step %q", sft, step.PolicyVersion, ppo)
+	}
+	if now, err := l.Acts.Inference.ModelInfo(context.Background()); err != nil || now.WeightVersion != ppo {
+		t.Errorf("the hf server serves %q after the campaign, want the step's checkpoint %q (%v)", now.WeightVersion, ppo, err)
+	}
+	checkHFRollouts(t, r, st.Evals[0].Report, info)
+	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
+		t.Errorf("sandboxes left: %v", left)
+	}
+}
+
+// checkHFRollouts reads an eval's rollouts: each trajectory is what the
+// sampler saw and emitted (TITO drift 0), in the HF template's tokens (its
+// end-of-turn ID closes the system and user turns), with routing of the
+// model's shape at every position.
+func checkHFRollouts(t *testing.T, r *rig, report store.Ref, info inf.ModelInfo) {
+	t.Helper()
+	var rep workflows.EvalReport
+	if err := store.GetJSON(context.Background(), r.st, report, &rep); err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range rep.Rollouts {
+		rec := r.record(t, ro)
+		ep := rec.Episode
+		if ep == nil || ro.Trajectory == nil {
+			t.Fatalf("%s: no trajectory (%s)", ro.RolloutID, ro.Error)
+		}
+		if !ep.Routing.Valid || ep.Routing.Covered != ep.Tokens || ep.Routing.Layers != info.NumLayers || ep.Routing.TopK != info.TopK || ep.StitchCases["initial"] != 1 {
+			t.Errorf("%s: routing %+v, stitches %v", ro.RolloutID, ep.Routing, ep.StitchCases)
+		}
+		if ep.Drift.PromptMismatches != 0 || ep.Drift.LossMismatches != 0 {
+			t.Errorf("%s: TITO drift %+v", ro.RolloutID, ep.Drift)
+		}
+		b, err := r.st.Get(context.Background(), *ro.Trajectory)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, _, err := safetensors.Read(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		toks, re := ts["tokens"], ts["routed_experts"]
+		eots := 0
+		ids, err := toks.AsInt32()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			if int(id) == *info.Chat.EndOfTurnID {
+				eots++
+			}
+		}
+		if eots < 2 || re.Shape[0] != toks.Shape[0] || re.Shape[1] != info.NumLayers || re.Shape[2] != info.TopK {
+			t.Errorf("%s: %d end-of-turn tokens (id %d) in %v tokens; routing %v", ro.RolloutID, eots, *info.Chat.EndOfTurnID, toks.Shape, re.Shape)
+		}
+	}
+}
