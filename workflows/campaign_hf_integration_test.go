@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/harness"
 	inf "github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/safetensors"
 	"github.com/t1flow/t1flow/internal/store"
@@ -17,6 +19,38 @@ import (
 	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
+
+// TestPolicyRolloutOnTheHFServer samples a policy's episode from the hf
+// inference server alone: prompts and glue in the checkpoint's ChatML
+// template (with its "\n" separators), routing captured at every position.
+func TestPolicyRolloutOnTheHFServer(t *testing.T) {
+	if !testenv.Required() {
+		t.Skip("the hf backend's tests run with T1FLOW_INTEGRATION=1 (make test)")
+	}
+	model := testenv.HFTinyModel(t, "qwen3_moe")
+	b, err := gpu.NewBackend(gpu.BackendHF)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRig(t, true)
+	s := &gpu.Supervisor{Name: "inference", Command: b.InferenceCommand(model, gpu.Slot{}, "--threads", "1"), LogPath: filepath.Join(t.TempDir(), "inference.log")}
+	if err := s.Start(context.Background()); err != nil {
+		log, _ := os.ReadFile(s.LogPath)
+		t.Fatalf("%v\n%s", err, log)
+	}
+	t.Cleanup(s.Stop)
+	info, err := (&inf.Client{BaseURL: s.URL()}).ModelInfo(context.Background())
+	if err != nil || info.Chat == nil || info.Chat.TurnSeparator != "\n" {
+		t.Fatalf("model info %+v: %v", info, err)
+	}
+	refs := r.load(t, "../examples/tasks/log-level-counter")
+	agent := activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{s.URL()}, MaxNewTokens: 24, Temperature: 1}
+	rep := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: agent, TurnCap: 3}), 5*time.Minute)
+	if len(rep.Rollouts) != 1 || rep.Rollouts[0].Turns != 3 || !rep.Rollouts[0].Scored {
+		t.Fatalf("rollouts %+v", rep.Rollouts)
+	}
+	checkHFRollouts(t, r, rep.Rollouts, &inf.Client{BaseURL: s.URL()})
+}
 
 // TestCampaignOnTheHFBackend runs a short campaign end to end on the
 // Hugging Face backend (gpu/hf): a tiny random Qwen3-MoE checkpoint with its
@@ -80,7 +114,11 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 	if now, err := l.Acts.Inference.ModelInfo(context.Background()); err != nil || now.WeightVersion != ppo {
 		t.Errorf("the hf server serves %q after the campaign, want the step's checkpoint %q (%v)", now.WeightVersion, ppo, err)
 	}
-	checkHFRollouts(t, r, st.Evals[0].Report, info)
+	var rep workflows.EvalReport
+	if err := store.GetJSON(context.Background(), r.st, st.Evals[0].Report, &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkHFRollouts(t, r, rep.Rollouts, l.Acts.Inference)
 	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
 		t.Errorf("sandboxes left: %v", left)
 	}
@@ -90,13 +128,23 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 // sampler saw and emitted (TITO drift 0), in the HF template's tokens (its
 // end-of-turn ID closes the system and user turns), with routing of the
 // model's shape at every position.
-func checkHFRollouts(t *testing.T, r *rig, report store.Ref, info inf.ModelInfo) {
+func checkHFRollouts(t *testing.T, r *rig, rollouts []workflows.RolloutResult, c *inf.Client) {
 	t.Helper()
-	var rep workflows.EvalReport
-	if err := store.GetJSON(context.Background(), r.st, report, &rep); err != nil {
+	ctx := context.Background()
+	info, err := c.ModelInfo(ctx)
+	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ro := range rep.Rollouts {
+	chat := info.Chat
+	// The context starts with the system turn and opens the user turn in
+	// the checkpoint's template; after a turn the sampler ended with its end
+	// of turn, the glue opens the next user turn right away.
+	opening, err1 := c.Tokenize(ctx, chat.SystemPrefix+harness.SystemPrompt+chat.EndOfTurn+chat.TurnSeparator+chat.UserPrefix, false)
+	next, err2 := c.Tokenize(ctx, chat.TurnSeparator+chat.UserPrefix, false)
+	if err1 != nil || err2 != nil {
+		t.Fatal(err1, err2)
+	}
+	for _, ro := range rollouts {
 		rec := r.record(t, ro)
 		ep := rec.Episode
 		if ep == nil || ro.Trajectory == nil {
@@ -117,18 +165,48 @@ func checkHFRollouts(t *testing.T, r *rig, report store.Ref, info inf.ModelInfo)
 			t.Fatal(err)
 		}
 		toks, re := ts["tokens"], ts["routed_experts"]
-		eots := 0
 		ids, err := toks.AsInt32()
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, id := range ids {
-			if int(id) == *info.Chat.EndOfTurnID {
-				eots++
+		if !startsWith(ids, opening) {
+			t.Errorf("%s: the context does not open with the template's system turn (%d tokens, first difference at %d)", ro.RolloutID, len(opening), firstDiff(ids, opening))
+		}
+		eots := 0
+		mask := ts["loss_mask"].Data
+		for i, id := range ids {
+			if int(id) != *chat.EndOfTurnID {
+				continue
+			}
+			eots++
+			if mask[i] == 1 && i+1 < len(ids) && !startsWith(ids[i+1:], next) {
+				t.Errorf("%s: after the sampled end of turn at %d: %v, want the user turn %v", ro.RolloutID, i, ids[i+1:min(len(ids), i+1+len(next))], next)
 			}
 		}
+		t.Logf("%s: %d turns, %d tokens (%d learned), stitches %v, %d end-of-turn tokens", ro.RolloutID, ro.Turns, ep.Tokens, ep.LossTokens, ep.StitchCases, eots)
 		if eots < 2 || re.Shape[0] != toks.Shape[0] || re.Shape[1] != info.NumLayers || re.Shape[2] != info.TopK {
 			t.Errorf("%s: %d end-of-turn tokens (id %d) in %v tokens; routing %v", ro.RolloutID, eots, *info.Chat.EndOfTurnID, toks.Shape, re.Shape)
 		}
 	}
+}
+
+func startsWith(ids []int32, prefix []int) bool {
+	if len(ids) < len(prefix) {
+		return false
+	}
+	for i, p := range prefix {
+		if int(ids[i]) != p {
+			return false
+		}
+	}
+	return true
+}
+
+func firstDiff(ids []int32, want []int) int {
+	for i := range want {
+		if i >= len(ids) || int(ids[i]) != want[i] {
+			return i
+		}
+	}
+	return len(want)
 }

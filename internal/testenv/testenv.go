@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"os"
@@ -251,14 +252,33 @@ func HFPython(tb testing.TB) string {
 
 // HFTinyModel builds a tiny random Hugging Face MoE checkpoint of arch
 // (qwen3_moe, olmoe, mixtral) with gpu/hf/tiny.py and returns its directory.
+// Checkpoints are kept in the state dir's cache, keyed by tiny.py's content,
+// and never written to by the tests (the processes only read -model).
 func HFTinyModel(tb testing.TB, arch string) string {
 	tb.Helper()
 	py := HFPython(tb)
-	dir := filepath.Join(tb.TempDir(), arch)
-	cmd := exec.Command(py, filepath.Join(gpu.HFDir(), "tiny.py"), "--arch", arch, "--out", dir)
+	script := filepath.Join(gpu.HFDir(), "tiny.py")
+	src, err := os.ReadFile(script)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	sum := sha256.Sum256(src)
+	dir := filepath.Join(StateDir(), "cache", "hf-tiny", fmt.Sprintf("%s-%x", arch, sum[:6]))
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+		return dir
+	}
+	tmp := dir + fmt.Sprintf(".tmp%d", os.Getpid())
+	os.RemoveAll(tmp)
+	cmd := exec.Command(py, script, "--arch", arch, "--out", tmp)
 	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		tb.Fatalf("tiny.py --arch %s: %v\n%s", arch, err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
+		if _, serr := os.Stat(filepath.Join(dir, "config.json")); serr != nil {
+			tb.Fatal(err) // not another test's build that won the race
+		}
+		os.RemoveAll(tmp)
 	}
 	return dir
 }
