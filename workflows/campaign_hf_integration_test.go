@@ -75,7 +75,7 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 	r := newRig(t, true)
 	home := t.TempDir()
 	start := time.Now()
-	l := testenv.GPUWorkerWith(t, r.c, r.st, gpu.LocalOptions{Home: home, Backend: gpu.BackendHF, Init: model})
+	l := testenv.GPUWorkerWith(t, r.c, r.st, gpu.LocalOptions{Home: home, Backend: gpu.BackendHF, Init: model, ServerArgs: []string{"--threads", "1"}})
 	t.Logf("hf processes healthy in %v", time.Since(start).Round(time.Millisecond))
 	info, err := l.Acts.Inference.ModelInfo(context.Background())
 	if err != nil || info.Chat == nil || info.Chat.EndOfTurnID == nil || info.NumLayers != mc.Layers || info.TopK != mc.TopK || info.NumExperts != mc.Experts {
