@@ -80,6 +80,7 @@ func TestTemplateFromModelInfo(t *testing.T) {
 		"no chat (an SGLang server)": {`{"model_path": "m"}`, `no "chat" field`},
 		"no end of turn":             {`{"chat": {"end_of_turn_id": 3}}`, "chat.end_of_turn is empty"},
 		"no end of turn id":          {`{"chat": {"end_of_turn": "</s>"}}`, "chat.end_of_turn_id is missing"},
+		"negative id":                {`{"chat": {"end_of_turn": "</s>", "end_of_turn_id": -1}}`, "chat.end_of_turn_id is missing or negative"},
 		"id outside the vocabulary":  {`{"vocab_size": 10, "chat": {"end_of_turn": "</s>", "end_of_turn_id": 10}}`, "outside the vocabulary"},
 	} {
 		var info inference.ModelInfo
