@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/harness"
 	inf "github.com/t1flow/t1flow/inference"
@@ -19,38 +18,6 @@ import (
 	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
-
-// TestPolicyRolloutOnTheHFServer samples a policy's episode from the hf
-// inference server alone: prompts and glue in the checkpoint's ChatML
-// template (with its "\n" separators), routing captured at every position.
-func TestPolicyRolloutOnTheHFServer(t *testing.T) {
-	if !testenv.Required() {
-		t.Skip("the hf backend's tests run with T1FLOW_INTEGRATION=1 (make test)")
-	}
-	model := testenv.HFTinyModel(t, "qwen3_moe")
-	b, err := gpu.NewBackend(gpu.BackendHF)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := newRig(t, true)
-	s := &gpu.Supervisor{Name: "inference", Command: b.InferenceCommand(model, gpu.Slot{}, "--threads", "1"), LogPath: filepath.Join(t.TempDir(), "inference.log")}
-	if err := s.Start(context.Background()); err != nil {
-		log, _ := os.ReadFile(s.LogPath)
-		t.Fatalf("%v\n%s", err, log)
-	}
-	t.Cleanup(s.Stop)
-	info, err := (&inf.Client{BaseURL: s.URL()}).ModelInfo(context.Background())
-	if err != nil || info.Chat == nil || info.Chat.TurnSeparator != "\n" {
-		t.Fatalf("model info %+v: %v", info, err)
-	}
-	refs := r.load(t, "../examples/tasks/log-level-counter")
-	agent := activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{s.URL()}, MaxNewTokens: 24, Temperature: 1}
-	rep := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: agent, TurnCap: 3}), 5*time.Minute)
-	if len(rep.Rollouts) != 1 || rep.Rollouts[0].Turns != 3 || !rep.Rollouts[0].Scored {
-		t.Fatalf("rollouts %+v", rep.Rollouts)
-	}
-	checkHFRollouts(t, r, rep.Rollouts, &inf.Client{BaseURL: s.URL()})
-}
 
 // TestCampaignOnTheHFBackend runs a short campaign end to end on the
 // Hugging Face backend (gpu/hf): a tiny random Qwen3-MoE checkpoint with its
@@ -78,7 +45,7 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 	l := testenv.GPUWorkerWith(t, r.c, r.st, gpu.LocalOptions{Home: home, Backend: gpu.BackendHF, Init: model, ServerArgs: []string{"--threads", "1"}})
 	t.Logf("hf processes healthy in %v", time.Since(start).Round(time.Millisecond))
 	info, err := l.Acts.Inference.ModelInfo(context.Background())
-	if err != nil || info.Chat == nil || info.Chat.EndOfTurnID == nil || info.NumLayers != mc.Layers || info.TopK != mc.TopK || info.NumExperts != mc.Experts {
+	if err != nil || info.Chat == nil || info.Chat.EndOfTurnID == nil || info.Chat.TurnSeparator != "\n" || info.NumLayers != mc.Layers || info.TopK != mc.TopK || info.NumExperts != mc.Experts {
 		t.Fatalf("hf server model info %+v (chat %+v): %v; config.json %+v", info, info.Chat, err, mc)
 	}
 	r.pools(t)
