@@ -17,6 +17,7 @@ import numpy as np
 import testkit
 
 HF = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICE = os.environ.get("T1FLOW_HF_TEST_DEVICE", "cpu")   # device_check.sh runs this test on cuda
 
 
 def free_port():
@@ -54,11 +55,11 @@ def test_supervised_processes_over_http(tiny, tmp_path):
     sp, tp = free_port(), free_port()
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     # The flags gpu.InferenceCommand / gpu.StartLocal and gpu.TrainerCommand pass.
-    server_cmd = [sys.executable, os.path.join(HF, "server.py"), "--port", str(sp), "--device", "cpu", "--model", model,
+    server_cmd = [sys.executable, os.path.join(HF, "server.py"), "--port", str(sp), "--device", DEVICE, "--model", model,
                   "--state", str(tmp_path / "inference.served.json"), "--threads", "1", "--seed", "0",
-                  "--sample-dtype", "float32", "--prefix-cache-tokens", "4096"]
+                  "--prefix-cache-tokens", "4096"] + (["--sample-dtype", "float32"] if DEVICE == "cpu" else [])
     trainer_cmd = [sys.executable, os.path.join(HF, "trainer.py"), "--port", str(tp), "--workdir", str(tmp_path / "trainer"),
-                   "--device", "cpu", "--init", model, "--seed", "0", "--threads", "1", "--slow-ms", "0"]
+                   "--device", DEVICE, "--init", model, "--seed", "0", "--threads", "1", "--slow-ms", "0"]
     procs = []
     try:
         for name, cmd in (("server", server_cmd), ("trainer", trainer_cmd)):
