@@ -107,3 +107,14 @@ func (b Backend) InferenceCommand(model string, slot Slot, extra ...string) []st
 	}
 	return append(args, extra...)
 }
+
+// Env is a process's extra environment: its devices, and for the hf
+// backend no Hugging Face Hub (the model is a local directory; nothing is
+// downloaded behind the operator's back).
+func (b Backend) Env(slot Slot) []string {
+	env := slot.Env()
+	if b.Name == BackendHF {
+		env = append(env, "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
+	}
+	return env
+}

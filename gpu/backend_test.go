@@ -65,6 +65,12 @@ func TestBackendCommands(t *testing.T) {
 	if want := []string{"/h/hfenv/bin/python", "/src/gpu/hf/server.py", "--port", "{port}", "--device", "cpu", "--model", "/m", "--state", "s.json"}; !reflect.DeepEqual(inf, want) {
 		t.Errorf("inference %v", inf)
 	}
+	if env := b.Env(Slot{Devices: []int{1}}); strings.Join(env, " ") != "CUDA_VISIBLE_DEVICES=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" {
+		t.Errorf("hf env %v", env)
+	}
+	if env := Reference().Env(Slot{}); len(env) != 1 {
+		t.Errorf("reference env %v", env)
+	}
 	if ref := TrainerCommand("/w", Slot{}); strings.Contains(strings.Join(ref, " "), "--init") || filepath.Base(ref[1]) != "trainer.py" {
 		t.Errorf("reference trainer %v", ref)
 	}

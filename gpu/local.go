@@ -55,7 +55,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	}
 	l := &Local{Backend: b, Trainer: &Supervisor{
 		Name: "trainer", PortFile: filepath.Join(work, "trainer.port"), Command: b.TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, o.Init),
-		Env: trainerSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "trainer.log"), PIDFile: filepath.Join(work, "trainer.pid"),
+		Env: b.Env(trainerSlot), LogPath: filepath.Join(o.Home, "logs", "trainer.log"), PIDFile: filepath.Join(work, "trainer.pid"),
 	}}
 	if b.Name == BackendHF {
 		l.Trainer.HealthTimeout = hfLoadTimeout
@@ -75,7 +75,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		args := append([]string{"--state", filepath.Join(work, "inference.served.json")}, o.ServerArgs...)
 		l.Inference = &Supervisor{
 			Name: "inference", PortFile: filepath.Join(work, "inference.port"), Command: b.InferenceCommand(o.Init, infSlot, args...),
-			Env: infSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
+			Env: b.Env(infSlot), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
 		}
 		if b.Name == BackendHF {
 			l.Inference.HealthTimeout = hfLoadTimeout
