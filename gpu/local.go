@@ -89,6 +89,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	os.WriteFile(filepath.Join(o.Home, "inference.url"), []byte(url+"\n"), 0o644)
 	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Store: o.Store, WorkDir: work,
 		RestartTrainer: l.Trainer.Kill}
+	if b.Name == BackendHF {
+		l.Acts.Model = o.Init
+	}
 	return l, nil
 }
 
