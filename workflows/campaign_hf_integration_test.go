@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -86,6 +87,10 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkHFRollouts(t, r, rep.Rollouts, l.Acts.Inference)
+	// The campaign's random init started from -model, not random weights.
+	if log := readFile(filepath.Join(home, "gpu", "trainer", "ops.log")); !strings.Contains(log, "load "+model+" version=0") {
+		t.Errorf("the campaign's init did not load -model %s:\n%s", model, log)
+	}
 	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
 		t.Errorf("sandboxes left: %v", left)
 	}
