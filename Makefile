@@ -79,7 +79,7 @@ bench-verify: deps
 
 # The Hugging Face backend on CPU (docs/bench.md's "Hugging Face backend").
 bench-hf: hfenv
-	$(HFPY) gpu/hf/bench.py -out docs/bench.md
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) gpu/hf/bench.py --threads 1 -out docs/bench.md
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

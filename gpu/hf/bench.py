@@ -93,7 +93,7 @@ def run(args):
         torch.set_num_threads(args.threads)
     dev = ["--device", args.device] + (["--dtype", args.dtype] if args.dtype else [])
     res = {"device": args.device, "dtype": args.dtype or ("bfloat16" if args.device.startswith("cuda") else "float32"),
-           "torch": torch.__version__, "threads": torch.get_num_threads()}
+           "torch": torch.__version__, "threads": torch.get_num_threads(), "load": os.getloadavg()[0]}
     with tempfile.TemporaryDirectory() as tmp:
         model = tiny.build(args.arch, os.path.join(tmp, "model"), seed=0)
         res["plain_tps"], res["capture_tps"] = capture_overhead(model, dev)
@@ -114,7 +114,7 @@ def markdown(res, arch):
     out = [SECTION, ""]
     out.append(f"`make bench-hf` (gpu/hf/bench.py): a tiny random {arch} (tiny.py: 3 layers × d 64, 8 experts top-2), "
                f"{res['device']}, {res['dtype']}, PyTorch {res['torch']}, {res['threads']} threads, measured "
-               f"{time.strftime('%Y-%m-%d', time.gmtime())}. The model is so small that Python overhead dominates: "
+               f"{time.strftime('%Y-%m-%d', time.gmtime())} ({os.cpu_count()} CPUs, load average {res['load']:.1f} before the run). The model is so small that Python overhead dominates: "
                "the figures compare, they do not predict a real model's speed.\n")
     out.append("| what | figure | note |\n|---|---|---|")
     out.append(f"| inference, generated tokens/s, without routing capture | {res['plain_tps']:.0f} | --disable-radix-cache |")

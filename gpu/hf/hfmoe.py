@@ -19,6 +19,7 @@ Routing layout (SGLang's): (positions, MoE layers, top_k) int32. Layers are the
 MoE layers only, in order (dense layers, e.g. Qwen3-MoE's mlp_only_layers, have
 no routing).
 """
+import importlib.util
 import json
 import os
 
@@ -26,6 +27,17 @@ import torch
 import torch.nn.functional as F
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+REFERENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference")
+
+
+def reference_module(name):
+    """gpu/reference/NAME.py, loaded as reference_NAME: gpu/hf has files of
+    the same names (server.py, trainer.py). gpu/reference must be on sys.path
+    for its own imports."""
+    spec = importlib.util.spec_from_file_location(f"reference_{name}", os.path.join(REFERENCE, f"{name}.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def default_dtype(device):

@@ -17,15 +17,14 @@ the reference server is accepted; --sample-dtype is --dtype.
 import argparse
 import base64
 import json
-import math
 import os
 import random
 import sys
 import threading
-from collections import OrderedDict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(os.path.dirname(HERE), "reference"))
+REFERENCE = os.path.join(os.path.dirname(HERE), "reference")
+sys.path.insert(0, REFERENCE)
 sys.path.insert(0, HERE)
 
 import numpy as np  # noqa: E402
@@ -35,69 +34,13 @@ import hfmoe  # noqa: E402
 import httpjson  # noqa: E402  (gpu/reference)
 
 
-def sampling_temperature(sp):
-    t = sp.get("temperature", 1.0)
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t < 0:
-        raise httpjson.HTTPError(400, f"sampling_params.temperature = {t!r} must be a number >= 0 "
-                                      "(0 samples greedily; PPO needs rollouts sampled at > 0)")
-    return float(t)
-
-
-# SGLang's finish reasons, in its meta_info shape (as the reference's).
-def finish_stop(token):
-    return {"type": "stop", "matched": token}
-
-
-def finish_length(n):
-    return {"type": "length", "length": n}
-
-
-def finish_abort(message):
-    return {"type": "abort", "message": message}
-
-
-class PrefixCache:
-    """Processed token sequences, each with its per-layer keys/values (legacy
-    tuples, L x (k, v) of (1, heads, n, head_dim)) and routed experts (n, L, k);
-    LRU, bounded by the tokens held; a lookup finds the longest common prefix
-    (as a radix tree would); an entry that is a prefix of a newer one goes."""
-
-    def __init__(self, max_tokens):
-        self.max_tokens = max_tokens
-        self.entries = OrderedDict()
-        self.tokens = 0
-        self.next_id = 0
-
-    def lookup(self, ids):
-        ids = np.asarray(ids, dtype=np.int64)
-        best, best_n = None, 0
-        for key, e in self.entries.items():
-            m = min(len(e[0]), len(ids))
-            diff = np.flatnonzero(e[0][:m] != ids[:m])
-            n = int(diff[0]) if diff.size else m
-            if n > best_n:
-                best, best_n = key, n
-        if best is None:
-            return None, 0
-        self.entries.move_to_end(best)
-        return self.entries[best], best_n
-
-    def insert(self, ids, kv, routing):
-        ids = np.asarray(ids, dtype=np.int64)
-        n = len(ids)
-        if n > self.max_tokens:
-            return
-        for key in [k for k, e in self.entries.items() if len(e[0]) <= n and np.array_equal(e[0], ids[:len(e[0])])]:
-            self.tokens -= len(self.entries.pop(key)[0])
-        while self.entries and self.tokens + n > self.max_tokens:
-            self.tokens -= len(self.entries.popitem(last=False)[1][0])
-        self.entries[self.next_id] = (ids, kv, routing)
-        self.next_id += 1
-        self.tokens += n
-
-    def clear(self):
-        self.entries.clear()
-        self.tokens = 0
+# gpu/reference/server.py: the temperature check, SGLang's finish reasons, the
+# prefix cache (it holds any per-layer (k, v) list and (n, L, k) routing) and
+# --state are the same.
+_ref = hfmoe.reference_module("server")
+sampling_temperature, finish_stop, finish_length, finish_abort = (
+    _ref.sampling_temperature, _ref.finish_stop, _ref.finish_length, _ref.finish_abort)
+PrefixCache = _ref.PrefixCache
 
 
 class Engine:
@@ -167,31 +110,9 @@ class Engine:
                 own[k].copy_(v.to(own[k].dtype))
         return True
 
-    def last_served(self):
-        st = self.args.state
-        if not st or not os.path.exists(st):
-            return None
-        try:
-            with open(st) as f:
-                path = json.load(f).get("model_path")
-        except (OSError, ValueError) as e:
-            print(f"ignoring unreadable --state {st}: {e}", flush=True)
-            return None
-        if path and os.path.isdir(path):
-            return path
-        print(f"--state {st} names {path!r}, which is gone; starting from --model", flush=True)
-        return None
-
-    def remember(self, path):
-        st = self.args.state
-        if not st:
-            return
-        tmp = st + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"model_path": os.path.abspath(path), "weight_version": self.weight_version}, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, st)
+    # --state: the checkpoint served, so a restart serves it again (as the reference).
+    last_served = _ref.Engine.last_served
+    remember = _ref.Engine.remember
 
     def info(self, _=None):
         facts = hfmoe.model_facts(self.model)

@@ -25,7 +25,6 @@ Every flag the Go supervisor passes to the reference trainer is accepted.
 import argparse
 import copy
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -46,15 +45,7 @@ import hfmoe  # noqa: E402
 import httpjson  # noqa: E402  (gpu/reference)
 
 
-def _reference_trainer():
-    """gpu/reference/trainer.py, under another name than this file's."""
-    spec = importlib.util.spec_from_file_location("reference_trainer", os.path.join(REFERENCE, "trainer.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-reference = _reference_trainer()
+reference = hfmoe.reference_module("trainer")   # gpu/reference/trainer.py
 
 CRITIC_FILE = "critic.safetensors"
 VERSION_FILE = "t1flow.json"
