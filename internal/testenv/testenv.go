@@ -252,8 +252,9 @@ func HFPython(tb testing.TB) string {
 
 // HFTinyModel builds a tiny random Hugging Face MoE checkpoint of arch
 // (qwen3_moe, olmoe, mixtral) with gpu/hf/tiny.py and returns its directory.
-// Checkpoints are kept in the state dir's cache, keyed by tiny.py's content,
-// and never written to by the tests (the processes only read -model).
+// Checkpoints are kept in the state dir's cache, keyed by tiny.py's content
+// and the pinned requirements, and never written to by the tests (the
+// processes only read -model).
 func HFTinyModel(tb testing.TB, arch string) string {
 	tb.Helper()
 	py := HFPython(tb)
@@ -262,7 +263,8 @@ func HFTinyModel(tb testing.TB, arch string) string {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	sum := sha256.Sum256(src)
+	reqs, _ := os.ReadFile(filepath.Join(gpu.HFDir(), "requirements.txt")) // the library versions that wrote it
+	sum := sha256.Sum256(append(src, reqs...))
 	dir := filepath.Join(StateDir(), "cache", "hf-tiny", fmt.Sprintf("%s-%x", arch, sum[:6]))
 	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
 		return dir
