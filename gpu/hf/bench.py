@@ -135,7 +135,9 @@ def markdown(res, arch):
     for k, g in res["gaps"].items():
         out.append(f"| {k} | {g['free_mean']:.2g} / {g['free_max']:.2g} | {g['replay_mean']:.2g} / {g['replay_max']:.2g} | {100 * g['flips']:.1f}% |")
     out.append("\nRouter jitter stands for an inference engine whose routing differs from the trainer's; with R3 the "
-               "trainer replays the sampler's experts and the gap is float noise. This section alone: `make bench-hf`.\n")
+               "trainer replays the sampler's experts and the gap is float noise. The prefix cache gains little here: "
+               "the tiny model's prefill costs less than the per-token Python overhead of decoding. "
+               "This section alone: `make bench-hf`.\n")
     return "\n".join(out) + "\n"
 
 

@@ -87,27 +87,32 @@ class Engine:
         return self.tok
 
     def _load_in_place(self, path):
-        from safetensors.torch import load_file
+        """Copy path's weights into the served model, one tensor at a time (no
+        second copy of the model in memory); False, having changed nothing,
+        when they are not the served model's parameters."""
+        from safetensors import safe_open
 
         with open(os.path.join(path, "config.json")) as f:
-            cfg = json.load(f)
-        if cfg.get("model_type") != self.model.config.model_type:
-            return False
-        files = sorted(n for n in os.listdir(path) if n.startswith("model") and n.endswith(".safetensors"))
+            if json.load(f).get("model_type") != self.model.config.model_type:
+                return False
+        files = sorted(os.path.join(path, n) for n in os.listdir(path) if n.startswith("model") and n.endswith(".safetensors"))
         if not files:
             raise FileNotFoundError(f"checkpoint {path}: no model*.safetensors")
         own = self.model.state_dict()
-        state = {}
-        for n in files:
-            state.update(load_file(os.path.join(path, n)))
-        if set(state) - set(own) or any(state[k].shape != own[k].shape for k in state):
+        shapes = {}
+        for fn in files:
+            with safe_open(fn, "pt") as f:
+                shapes.update({k: tuple(f.get_slice(k).get_shape()) for k in f.keys()})
+        if any(k not in own or tuple(own[k].shape) != shape for k, shape in shapes.items()):
             return False
-        missing = set(own) - set(state)
+        missing = set(own) - set(shapes)
         if missing and not (self.model.config.tie_word_embeddings and missing <= {"lm_head.weight"}):
             return False
         with torch.no_grad():
-            for k, v in state.items():
-                own[k].copy_(v.to(own[k].dtype))
+            for fn in files:
+                with safe_open(fn, "pt") as f:
+                    for k in f.keys():
+                        own[k].copy_(f.get_tensor(k).to(own[k].dtype))
         return True
 
     # --state: the checkpoint served, so a restart serves it again (as the reference).
