@@ -5,8 +5,10 @@ export T1FLOW_HOME ?= $(CURDIR)/.t1flow
 WORKFLOWCHECK_VERSION ?= v0.6.0
 VERSITYGW_VERSION ?= v1.8.0
 PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
+# The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
+HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python s3server dev stop worker demo test unit bench bench-audit bench-verify lint
+.PHONY: all build deps docker temporal base-image python hfenv s3server dev stop worker demo test unit bench bench-audit bench-verify bench-hf lint
 
 all: build
 
@@ -25,6 +27,10 @@ s3server:
 
 python:
 	@scripts/ensure-python.sh
+
+# The Hugging Face backend's pinned venv (torch, transformers) in $(T1FLOW_HOME)/hfenv.
+hfenv:
+	@scripts/ensure-hf-env.sh
 
 docker:
 	@scripts/ensure-sandbox-host.sh
@@ -52,9 +58,10 @@ demo: deps dev
 
 # Unit tests, then integration tests against the real dev server, Docker and
 # the reference trainer and inference processes.
-test: deps
+test: deps hfenv
 	go vet ./...
 	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
+	cd gpu/hf && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) -m pytest -q -p no:cacheprovider tests
 	T1FLOW_INTEGRATION=1 go test -count=1 -timeout 40m ./...
 
 unit:
@@ -69,6 +76,10 @@ bench-audit: deps
 # Only the sealed-verification figures (docs/bench.md's "Sealed verification").
 bench-verify: deps
 	go run ./bench -only verify -out docs/bench.md
+
+# The Hugging Face backend on CPU (docs/bench.md's "Hugging Face backend").
+bench-hf: hfenv
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) gpu/hf/bench.py --threads 1 -out docs/bench.md
 
 lint:
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi

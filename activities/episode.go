@@ -65,6 +65,7 @@ type episode struct {
 	offset   int64
 	pending  bool
 	info     *inference.ModelInfo
+	chat     inference.ChatTemplate // with info: the policy's chat template
 }
 
 func (e *episode) apply(s segment) {

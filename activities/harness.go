@@ -160,12 +160,8 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		return TurnResult{}, err
 	}
 	session := in.RolloutID + "/" + in.Sandbox.Name
-	if ep.info == nil {
-		info, err := pool.ModelInfo(ctx, session)
-		if err != nil {
-			return TurnResult{}, inferenceErr(err)
-		}
-		ep.info = &info
+	if err := ep.model(ctx, pool, session); err != nil {
+		return TurnResult{}, err
 	}
 	seg := segment{Turn: in.Turn}
 	var glue []int32
@@ -175,7 +171,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 			return TurnResult{}, err
 		}
 		seg.PaneOffset = off
-		first := harness.FirstPromptPieces(obs)
+		first := harness.FirstPromptPieces(ep.chat, obs)
 		if glue, err = tokenize(ctx, pool, session, first); err != nil {
 			return TurnResult{}, err
 		}
@@ -220,8 +216,13 @@ func (a *Activities) afterTyping(ctx context.Context, in TurnInput, ep *episode,
 		if err != nil {
 			return TurnResult{}, err
 		}
-		next := harness.GluePieces(obs, seg.Result.Stitch)
-		ids, err := tokenize(ctx, pool, in.RolloutID+"/"+in.Sandbox.Name, next)
+		session := in.RolloutID + "/" + in.Sandbox.Name
+		// After a restart the journal replays this half without the model info.
+		if err := ep.model(ctx, pool, session); err != nil {
+			return TurnResult{}, err
+		}
+		next := harness.GluePieces(ep.chat, obs, seg.Result.Stitch)
+		ids, err := tokenize(ctx, pool, session, next)
 		if err != nil {
 			return TurnResult{}, err
 		}
@@ -237,16 +238,42 @@ func (a *Activities) afterTyping(ctx context.Context, in TurnInput, ep *episode,
 	return seg.Result, nil
 }
 
+// model fetches the served model's info and chat template once per episode
+// (per worker) and checks the template against the tokenizer: its end of turn
+// must encode as exactly the end_of_turn_id the sampler stops on.
+func (e *episode) model(ctx context.Context, pool *inference.Pool, session string) error {
+	if e.info != nil {
+		return nil
+	}
+	info, err := pool.ModelInfo(ctx, session)
+	if err != nil {
+		return inferenceErr(err)
+	}
+	chat, err := harness.Template(info)
+	if err != nil {
+		return err
+	}
+	ids, err := pool.Tokenize(ctx, session, chat.EndOfTurn, false)
+	if err != nil {
+		return inferenceErr(err)
+	}
+	if len(ids) != 1 || ids[0] != *chat.EndOfTurnID {
+		return errs.BadInputf("inference %s: chat.end_of_turn %q tokenizes as %v, not as chat.end_of_turn_id %d", info.ModelPath, chat.EndOfTurn, ids, *chat.EndOfTurnID)
+	}
+	e.info, e.chat = &info, chat
+	return nil
+}
+
 // sample runs one generation over prompt (the episode's tokens, then this
 // turn's glue) and records in seg what the trajectory needs: the sampled IDs
 // verbatim, their log-probs, the routed experts of every position since the
 // last capture, and the stitch case. It returns the reply's text.
 func (e *episode) sample(ctx context.Context, pool *inference.Pool, session string, agent AgentSpec, seg *segment, prompt, glue []int32) (string, error) {
-	im := e.info.SpecialTokens[harness.ImEnd]
+	eot := *e.chat.EndOfTurnID
 	tInf := time.Now()
 	resp, err := pool.Generate(ctx, session, inference.GenerateRequest{
 		InputIDs:       toInts(prompt),
-		SamplingParams: inference.SamplingParams{Temperature: agent.Temperature, MaxNewTokens: maxNewTokens(agent), StopTokenIDs: []int{im}},
+		SamplingParams: inference.SamplingParams{Temperature: agent.Temperature, MaxNewTokens: maxNewTokens(agent), StopTokenIDs: []int{eot}},
 		ReturnLogprob:  true, ReturnRoutedExperts: true, RoutedExpertsStartLen: e.covered,
 	})
 	if err != nil {
@@ -255,7 +282,7 @@ func (e *episode) sample(ctx context.Context, pool *inference.Pool, session stri
 	seg.Result.InferenceMs = time.Since(tInf).Milliseconds()
 	// How it ended decides the stitch, and an abort or unknown end is an
 	// error before anything of the reply is read.
-	if seg.Result.Stitch, err = harness.StitchCase(resp, im); err != nil {
+	if seg.Result.Stitch, err = harness.StitchCase(resp, eot); err != nil {
 		return "", err
 	}
 	out := toInt32(resp.OutputIDs)

@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -10,6 +11,7 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
 )
 
@@ -20,11 +22,15 @@ func TestPolicyTurnNeverTypesTwice(t *testing.T) {
 	tok := fakeTokenizer(t)
 	other := 0
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/tokenize" {
+		switch r.URL.Path {
+		case "/tokenize":
 			tok.Config.Handler.ServeHTTP(w, r)
 			return
+		case "/get_model_info": // the glue's chat template
+			json.NewEncoder(w).Encode(inference.ModelInfo{Chat: &referenceChat})
+			return
 		}
-		other++ // sampling, model info: a turn that would type again
+		other++ // sampling: a turn that would type again
 		http.Error(w, "not in this test", http.StatusInternalServerError)
 	}))
 	t.Cleanup(srv.Close)

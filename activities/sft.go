@@ -42,15 +42,19 @@ func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSF
 	if err != nil {
 		return RenderSFTResult{}, errs.TaskInvalidf("%s: %v", task.SolutionFile, err)
 	}
-	parts, err := harness.SolutionTurns(t.Instruction, string(sol))
-	if err != nil {
-		return RenderSFTResult{}, errs.TaskInvalidf("%s: %v", task.SolutionFile, err)
-	}
 	pool, err := a.pool(in.Inference)
 	if err != nil {
 		return RenderSFTResult{}, err
 	}
 	session := "sft/" + in.Task.ID
+	var ep episode // the policy's model info and chat template
+	if err := ep.model(ctx, pool, session); err != nil {
+		return RenderSFTResult{}, err
+	}
+	parts, err := harness.SolutionTurns(ep.chat, t.Instruction, string(sol))
+	if err != nil {
+		return RenderSFTResult{}, errs.TaskInvalidf("%s: %v", task.SolutionFile, err)
+	}
 	var rec trajectory.Record
 	for i, part := range parts {
 		toks, err := tokenize(ctx, pool, session, part)

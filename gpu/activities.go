@@ -34,6 +34,10 @@ type Activities struct {
 	// supervisor's Kill) then restarts the trainer.
 	StallWindow    time.Duration
 	RestartTrainer func()
+	// Model is the checkpoint directory the hf backend's processes started
+	// from (-model): a campaign's random init starts from it (TrainerInit).
+	// Empty for the reference, whose random init is random weights.
+	Model string
 	// Name is this trainer's name (default: the worker's host); its own
 	// queue is ids.TrainerQueue(Name), where the campaigns pinned to it call
 	// (pin.go). Empty: the worker serves the shared queue only.

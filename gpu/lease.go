@@ -111,7 +111,9 @@ func (a *Activities) checkLease(key string) error {
 
 // TrainerInit takes the trainer's lease for the campaign and replaces the
 // trainer's weights with the campaign's init: a stored checkpoint, or random
-// weights from a seed. Loading the same init again gives the same weights,
+// weights from a seed; on the hf backend (Model set), the worker's -model
+// checkpoint instead: random weights of a pretrained MoE's architecture are
+// never what a campaign means. Loading the same init again gives the same weights,
 // so a retried call is harmless; the workflow saves and loads it into
 // inference next, as the campaign's "init" checkpoint.
 func (a *Activities) TrainerInit(ctx context.Context, in InitInput) (Health, error) {
@@ -127,7 +129,15 @@ func (a *Activities) TrainerInit(ctx context.Context, in InitInput) (Health, err
 	if in.Checkpoint != nil {
 		return a.TrainerLoad(ctx, *in.Checkpoint)
 	}
-	h, err := a.Trainer.Init(ctx, in.Seed)
+	var h Health
+	var err error
+	if a.Model != "" {
+		stop := a.alive(ctx, "trainer loading "+a.Model)
+		h, err = a.Trainer.Load(ctx, a.Model)
+		stop()
+	} else {
+		h, err = a.Trainer.Init(ctx, in.Seed)
+	}
 	if err != nil {
 		return h, classify(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -106,5 +107,29 @@ func TestTrainerInitResumeKeepsOwnStateOrLoads(t *testing.T) {
 	}
 	if _, err := a.TrainerInit(ctx, InitInput{Campaign: "a", Resume: true}); err == nil {
 		t.Fatal("a resume without a checkpoint must be refused")
+	}
+}
+
+// A campaign's random init is random weights from its seed on the reference,
+// and the worker's -model checkpoint on the hf backend.
+func TestTrainerInitRandomOnEachBackend(t *testing.T) {
+	ctx := context.Background()
+	var calls []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		calls = append(calls, r.URL.Path+" "+strings.TrimSpace(string(b)))
+		fmt.Fprint(w, `{"version": 0, "weight_version": "v0"}`)
+	}))
+	defer srv.Close()
+	a := &Activities{Trainer: NewClient(srv.URL), WorkDir: t.TempDir()}
+	if _, err := a.TrainerInit(ctx, InitInput{Campaign: "a", Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	a.Model = "/models/tiny"
+	if _, err := a.TrainerInit(ctx, InitInput{Campaign: "a", Seed: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if len(calls) != 2 || calls[0] != `/init {"seed":3}` || calls[1] != `/load {"dir":"/models/tiny"}` {
+		t.Fatalf("trainer calls %q: want /init with the seed on the reference, /load of -model on hf", calls)
 	}
 }

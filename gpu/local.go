@@ -5,17 +5,23 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"time"
 
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/store"
 )
 
-// LocalOptions configure the local default: a supervised reference trainer
-// and, unless URLs are given, a supervised reference inference server.
+// LocalOptions configure the local default: a supervised trainer and,
+// unless URLs are given, a supervised inference server, of one backend.
 type LocalOptions struct {
-	Home       string // state: <home>/gpu, logs in <home>/logs
-	Slots      []Slot // the trainer takes the first, inference the last
-	Init       string // checkpoint dir, or "" / "random"
+	Home  string // state: <home>/gpu, logs in <home>/logs
+	Slots []Slot // the trainer takes the first, inference the last
+	// Backend is "reference" (the default when empty) or "hf".
+	Backend string
+	// Init is the model both processes start from: a checkpoint dir (the
+	// hf backend: a Hugging Face checkpoint dir, required), or "" / "random".
+	Init       string
 	Inference  string // an existing server's URL; empty starts the reference server
 	ServerArgs []string
 	Store      store.Store
@@ -23,6 +29,7 @@ type LocalOptions struct {
 
 // Local is the running local default.
 type Local struct {
+	Backend   Backend
 	Trainer   *Supervisor
 	Inference *Supervisor // nil when an existing server was named
 	Acts      *Activities
@@ -36,17 +43,29 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	}
 	work := filepath.Join(o.Home, "gpu")
 	trainerSlot, infSlot := o.Slots[0], o.Slots[len(o.Slots)-1]
-	var extra []string
-	model := ""
-	if o.Init != "" && o.Init != "random" {
-		extra, model = []string{"--init", o.Init}, o.Init
+	b, err := NewBackend(o.Backend)
+	if err != nil {
+		return nil, err
 	}
-	l := &Local{Trainer: &Supervisor{
-		Name: "trainer", PortFile: filepath.Join(work, "trainer.port"), Command: TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, extra...),
-		Env: trainerSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "trainer.log"), PIDFile: filepath.Join(work, "trainer.pid"),
+	if err := b.CheckModel(o.Init); err != nil {
+		return nil, err
+	}
+	if err := claimHome(work, b.Name); err != nil {
+		return nil, err
+	}
+	l := &Local{Backend: b, Trainer: &Supervisor{
+		Name: "trainer", PortFile: filepath.Join(work, "trainer.port"), Command: b.TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, o.Init),
+		Env: b.Env(trainerSlot), LogPath: filepath.Join(o.Home, "logs", "trainer.log"), PIDFile: filepath.Join(work, "trainer.pid"),
 	}}
+	if b.Name == BackendHF {
+		l.Trainer.HealthTimeout = hfLoadTimeout
+	}
 	if err := l.Trainer.Start(ctx); err != nil {
-		return nil, fmt.Errorf("trainer: %w (python: %s; it needs PyTorch: apt-get install python3-torch libopenblas0-pthread)", err, Python())
+		hint := "it needs PyTorch: apt-get install python3-torch libopenblas0-pthread"
+		if b.Name == BackendHF {
+			hint = "rebuild its environment with `make hfenv`"
+		}
+		return nil, fmt.Errorf("%s trainer: %w (python: %s; %s)", b.Name, err, b.Python, hint)
 	}
 	url := o.Inference
 	if url == "" {
@@ -55,18 +74,24 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		// weights, so a campaign's rollouts go on sampling the version it expects.
 		args := append([]string{"--state", filepath.Join(work, "inference.served.json")}, o.ServerArgs...)
 		l.Inference = &Supervisor{
-			Name: "inference", PortFile: filepath.Join(work, "inference.port"), Command: InferenceCommand(model, infSlot, args...),
-			Env: infSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
+			Name: "inference", PortFile: filepath.Join(work, "inference.port"), Command: b.InferenceCommand(o.Init, infSlot, args...),
+			Env: b.Env(infSlot), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
+		}
+		if b.Name == BackendHF {
+			l.Inference.HealthTimeout = hfLoadTimeout
 		}
 		if err := l.Inference.Start(ctx); err != nil {
 			l.Trainer.Stop()
-			return nil, fmt.Errorf("inference server: %w", err)
+			return nil, fmt.Errorf("%s inference server: %w", b.Name, err)
 		}
 		url = l.Inference.URL()
 	}
 	os.WriteFile(filepath.Join(o.Home, "inference.url"), []byte(url+"\n"), 0o644)
 	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Store: o.Store, WorkDir: work,
 		RestartTrainer: l.Trainer.Kill}
+	if b.Name == BackendHF {
+		l.Acts.Model = o.Init
+	}
 	return l, nil
 }
 
@@ -76,4 +101,28 @@ func (l *Local) Stop() {
 		l.Inference.Stop()
 	}
 	l.Trainer.Stop()
+}
+
+// hfLoadTimeout bounds a Hugging Face checkpoint's load at start (the
+// reference's small model loads in seconds).
+const hfLoadTimeout = 15 * time.Minute
+
+// claimHome records which backend keeps its state in work: the trainer's
+// committed state (and the server's record of what it served) are the
+// backend's own format, so another backend must not pick them up.
+func claimHome(work, backend string) error {
+	f := filepath.Join(work, "backend")
+	held := ""
+	if b, err := os.ReadFile(f); err == nil {
+		held = strings.TrimSpace(string(b))
+	} else if _, err := os.Stat(filepath.Join(work, "trainer")); err == nil {
+		held = BackendReference // state from before backends were recorded
+	}
+	if held != "" && held != backend {
+		return fmt.Errorf("%s holds the state of gpu backend %s, not %s: use another T1FLOW_HOME for the %s backend (or remove %s to start over)", work, held, backend, backend, work)
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(f, []byte(backend+"\n"), 0o644)
 }

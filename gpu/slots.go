@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -92,15 +91,10 @@ func detectGPUs() []int {
 
 // TrainerCommand runs the reference trainer with its state in workdir.
 func TrainerCommand(workdir string, slot Slot, extra ...string) []string {
-	return append([]string{Python(), filepath.Join(ReferenceDir(), "trainer.py"),
-		"--port", "{port}", "--workdir", workdir, "--device", slot.Device()}, extra...)
+	return Reference().TrainerCommand(workdir, slot, "", extra...)
 }
 
 // InferenceCommand runs the reference inference server; model "" is a seeded random init.
 func InferenceCommand(model string, slot Slot, extra ...string) []string {
-	args := []string{Python(), filepath.Join(ReferenceDir(), "server.py"), "--port", "{port}", "--device", slot.Device()}
-	if model != "" {
-		args = append(args, "--model", model)
-	}
-	return append(args, extra...)
+	return Reference().InferenceCommand(model, slot, extra...)
 }

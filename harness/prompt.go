@@ -9,13 +9,11 @@ import (
 	"github.com/t1flow/t1flow/internal/audit"
 )
 
-// ImEnd closes a chat-template turn; the policy's sampler stops on it.
-const ImEnd = "<|im_end|>"
-
 // Piece is text the harness tokenizes on its own: the chat template's glue,
 // whose special tokens are parsed, or Plain text from outside the harness
 // (terminal output, the task, model text), encoded with special tokens split
-// so that an observation holding "<|im_end|>" never becomes a control token.
+// so that an observation holding the end-of-turn text (e.g. "<|im_end|>")
+// never becomes a control token.
 type Piece struct {
 	Text  string
 	Plain bool
@@ -36,15 +34,22 @@ func (p Pieces) String() string {
 func template(s string) Piece { return Piece{Text: s} }
 func plain(s string) Piece    { return Piece{Text: s, Plain: true} }
 
-// FirstPromptPieces is a policy's context at turn 0: the system prompt, the
-// first observation, and the open assistant turn. Rollouts and SFT samples
-// share it so that training sees exactly what sampling saw.
-func FirstPromptPieces(obs string) Pieces {
-	return Pieces{template("<|im_start|><|system|>" + SystemPrompt + ImEnd + "<|im_start|><|user|>"), plain(obs), template(ImEnd + "<|im_start|><|assistant|>")}
+// FirstPromptPieces is a policy's context at turn 0 in the model's chat
+// template: the system prompt, the first observation, and the open
+// assistant turn. Rollouts and SFT samples share it so that training sees
+// exactly what sampling saw.
+func FirstPromptPieces(t inference.ChatTemplate, obs string) Pieces {
+	return Pieces{
+		template(t.SystemPrefix + SystemPrompt + t.EndOfTurn + t.TurnSeparator + t.UserPrefix),
+		plain(obs),
+		template(t.EndOfTurn + t.TurnSeparator + t.AssistantPrefix),
+	}
 }
 
 // FirstPrompt is FirstPromptPieces as text.
-func FirstPrompt(obs string) string { return FirstPromptPieces(obs).String() }
+func FirstPrompt(t inference.ChatTemplate, obs string) string {
+	return FirstPromptPieces(t, obs).String()
+}
 
 // FirstMessages is the same opening for a chat agent.
 func FirstMessages(obs string) []inference.ChatMessage {
@@ -53,18 +58,20 @@ func FirstMessages(obs string) []inference.ChatMessage {
 
 // GluePieces is the context between two assistant turns: the observation as
 // a user turn, then the next assistant turn opened. Unless the sampler
-// stopped on <|im_end|> itself (StitchEOT), the glue first closes the
-// assistant turn it left open.
-func GluePieces(obs, stitch string) Pieces {
-	open := "<|im_start|><|user|>"
+// stopped on the end-of-turn token itself (StitchEOT), the glue first closes
+// the assistant turn it left open.
+func GluePieces(t inference.ChatTemplate, obs, stitch string) Pieces {
+	open := t.TurnSeparator + t.UserPrefix
 	if stitch != StitchEOT {
-		open = ImEnd + open
+		open = t.EndOfTurn + open
 	}
-	return Pieces{template(open), plain(obs), template(ImEnd + "<|im_start|><|assistant|>")}
+	return Pieces{template(open), plain(obs), template(t.EndOfTurn + t.TurnSeparator + t.AssistantPrefix)}
 }
 
 // ObservationGlue is GluePieces as text.
-func ObservationGlue(obs, stitch string) string { return GluePieces(obs, stitch).String() }
+func ObservationGlue(t inference.ChatTemplate, obs, stitch string) string {
+	return GluePieces(t, obs, stitch).String()
+}
 
 // FirstObservation is the task and the terminal as the episode starts.
 func FirstObservation(instruction, terminal string) string {
@@ -110,7 +117,7 @@ func outputObservation(terminal string) string {
 // context, odd-indexed parts are what the policy learns. The turns leave out
 // analysis and plan (both optional): a fixed filler sentence taught nothing
 // and doubled the tokens a small policy has to get right at temperature 1.
-func SolutionTurns(instruction, solution string) ([]Pieces, error) {
+func SolutionTurns(t inference.ChatTemplate, instruction, solution string) ([]Pieces, error) {
 	var keys []Keys
 	for _, s := range audit.SplitSteps(solution) {
 		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
@@ -119,12 +126,12 @@ func SolutionTurns(instruction, solution string) ([]Pieces, error) {
 		return nil, fmt.Errorf("no steps to imitate")
 	}
 	act := func(cmds []Keys) Pieces {
-		return Pieces{plain(MarshalAction(Action{Commands: cmds, TaskComplete: true})), template(ImEnd)}
+		return Pieces{plain(MarshalAction(Action{Commands: cmds, TaskComplete: true})), template(t.EndOfTurn)}
 	}
 	return []Pieces{
-		FirstPromptPieces(FirstObservation(instruction, "root@sandbox:/app# ")),
+		FirstPromptPieces(t, FirstObservation(instruction, "root@sandbox:/app# ")),
 		act(keys),
-		GluePieces(confirmObservation(""), StitchEOT),
+		GluePieces(t, confirmObservation(""), StitchEOT),
 		act([]Keys{}),
 	}, nil
 }

@@ -9,18 +9,19 @@ import (
 // Every boundary falls in exactly one case, recorded per turn.
 const (
 	StitchInitial    = "initial"     // the first prompt, tokenized once
-	StitchEOT        = "eot"         // stopped on <|im_end|>: observation glue follows the sampled tokens
-	StitchEOS        = "eos"         // stopped on another stop token: <|im_end|> added as glue (masked)
-	StitchLength     = "length"      // hit max_new_tokens: <|im_end|> added as glue (masked)
-	StitchStopString = "stop_string" // stopped on a stop string: <|im_end|> added as glue (masked)
+	StitchEOT        = "eot"         // stopped on the end-of-turn token: observation glue follows the sampled tokens
+	StitchEOS        = "eos"         // stopped on another stop token: end of turn added as glue (masked)
+	StitchLength     = "length"      // hit max_new_tokens: end of turn added as glue (masked)
+	StitchStopString = "stop_string" // stopped on a stop string: end of turn added as glue (masked)
 )
 
-// StitchCase names how generation stopped; im is the <|im_end|> token ID.
+// StitchCase names how generation stopped; eot is the end-of-turn token ID
+// (the chat template's EndOfTurnID).
 // SGLang reports stop, length or abort: an abort (the sampler gave up on the
 // request) is a retryable InfraError, and anything else is an error too,
 // never taken for "length", since it would stitch a turn whose end nobody
 // knows.
-func StitchCase(resp *inference.GenerateResponse, im int) (string, error) {
+func StitchCase(resp *inference.GenerateResponse, eot int) (string, error) {
 	fr := resp.MetaInfo.FinishReason
 	switch fr["type"] {
 	case "length":
@@ -28,7 +29,7 @@ func StitchCase(resp *inference.GenerateResponse, im int) (string, error) {
 	case "stop":
 		switch m := fr["matched"].(type) {
 		case float64:
-			if int(m) == im {
+			if int(m) == eot {
 				return StitchEOT, nil
 			}
 			return StitchEOS, nil

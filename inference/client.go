@@ -109,6 +109,22 @@ type ModelInfo struct {
 	VocabSize     int            `json:"vocab_size"`
 	BlockSize     int            `json:"block_size"`
 	SpecialTokens map[string]int `json:"special_tokens"`
+	// Chat is the policy's chat template as the harness renders it; nil
+	// when the server does not report one (SGLang itself does not).
+	Chat *ChatTemplate `json:"chat,omitempty"`
+}
+
+// ChatTemplate is how the policy's turns are glued together, as text the
+// server tokenizes: the first prompt is SystemPrefix + system prompt +
+// EndOfTurn + TurnSeparator + UserPrefix + observation + EndOfTurn +
+// TurnSeparator + AssistantPrefix; the sampler stops on EndOfTurnID.
+type ChatTemplate struct {
+	SystemPrefix    string `json:"system_prefix"`
+	UserPrefix      string `json:"user_prefix"`
+	AssistantPrefix string `json:"assistant_prefix"`
+	EndOfTurn       string `json:"end_of_turn"`
+	EndOfTurnID     *int   `json:"end_of_turn_id"`
+	TurnSeparator   string `json:"turn_separator"`
 }
 
 func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
@@ -145,7 +161,7 @@ func (c *Client) Health(ctx context.Context) error {
 
 // Tokenize encodes text with the server's tokenizer. With splitSpecial
 // (Hugging Face's split_special_tokens), special-token text such as
-// "<|im_end|>" is encoded as plain bytes: for text from outside the chat
+// "<|im_end|>" is encoded as ordinary text: for text from outside the chat
 // template (terminal output, model text), which must never become a control
 // token. Without it, special tokens are parsed (the template's own glue).
 func (c *Client) Tokenize(ctx context.Context, text string, splitSpecial bool) ([]int, error) {

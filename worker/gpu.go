@@ -19,10 +19,12 @@ import (
 )
 
 // gpuFlags configure the gpu role: the supervised trainer and, as the local
-// default, the reference inference server.
+// default, the inference server, of one backend (reference or hf).
 type gpuFlags struct {
 	gpus       string
 	perProcess int
+	backend    string
+	model      string
 	init       string
 	inference  string
 	serverArgs string
@@ -32,7 +34,9 @@ type gpuFlags struct {
 func (g *gpuFlags) register() {
 	flag.StringVar(&g.gpus, "gpus", os.Getenv("T1FLOW_GPUS"), "GPU indices for this worker's processes (e.g. 0,1), 'cpu', or empty to ask nvidia-smi")
 	flag.IntVar(&g.perProcess, "gpus-per-process", 1, "devices per trainer or inference process")
-	flag.StringVar(&g.init, "init", "random", "initial checkpoint directory for the trainer and inference server, or 'random'")
+	flag.StringVar(&g.backend, "gpu-backend", envOr("T1FLOW_GPU_BACKEND", gpu.BackendReference), "trainer and inference backend: reference (gpu/reference) or hf (gpu/hf: a Hugging Face MoE checkpoint, needs -model and `make hfenv`)")
+	flag.StringVar(&g.model, "model", os.Getenv("T1FLOW_MODEL"), "model directory both processes start from: with -gpu-backend hf a Hugging Face checkpoint (config.json, weights, tokenizer); with the reference the same as -init")
+	flag.StringVar(&g.init, "init", "random", "initial checkpoint directory for the trainer and inference server, or 'random' (reference backend; see -model)")
 	flag.StringVar(&g.inference, "inference", os.Getenv("T1FLOW_INFERENCE"), "URL of an existing SGLang-compatible server; empty starts the reference server")
 	flag.StringVar(&g.trainer, "trainer", "", "name of this worker's trainer (its own queue is t1flow-gpu-<name>; default: the -host name); unique per trainer")
 	flag.StringVar(&g.serverArgs, "inference-args", "", "extra arguments for the reference inference server (e.g. '--sample-dtype bfloat16')")
@@ -43,8 +47,12 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, h
 	if err != nil {
 		return nil, nil, err
 	}
+	init, err := g.initDir()
+	if err != nil {
+		return nil, nil, err
+	}
 	home, _ := filepath.Abs(config.Home())
-	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: home, Slots: slots, Init: g.init, Inference: g.inference,
+	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: home, Slots: slots, Backend: g.backend, Init: init, Inference: g.inference,
 		ServerArgs: strings.Fields(g.serverArgs), Store: st})
 	if err != nil {
 		return nil, nil, err
@@ -53,6 +61,28 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, h
 	if l.Acts.Name == "" {
 		l.Acts.Name = host
 	}
-	fmt.Fprintf(os.Stderr, "worker: trainer %s (queue %s) on %s (%s, log %s); inference %s\n", l.Acts.Name, ids.TrainerQueue(l.Acts.Name), l.Trainer.URL(), slots[0], l.Trainer.LogPath, l.Acts.Inference.BaseURL)
+	fmt.Fprintf(os.Stderr, "worker: %s trainer %s (queue %s) on %s (%s, log %s, model %s); inference %s\n", l.Backend.Name, l.Acts.Name, ids.TrainerQueue(l.Acts.Name), l.Trainer.URL(), slots[0], l.Trainer.LogPath, init, l.Acts.Inference.BaseURL)
 	return roles.NewGPU(c, l.Acts), l.Stop, nil
+}
+
+// initDir is the model both processes start from: -model, which -init may
+// only repeat; -init alone for the reference backend.
+func (g *gpuFlags) initDir() (string, error) {
+	if g.model == "" {
+		if g.backend == gpu.BackendHF {
+			return "", fmt.Errorf("-gpu-backend hf needs -model DIR (or T1FLOW_MODEL): a Hugging Face checkpoint directory with config.json")
+		}
+		return g.init, nil
+	}
+	if g.init != "random" && g.init != "" && g.init != g.model {
+		return "", fmt.Errorf("-init %s and -model %s name different models: give one", g.init, g.model)
+	}
+	return filepath.Abs(g.model)
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
 }

@@ -169,6 +169,11 @@ class Engine:
             "special_tokens": self.tok.special, "sample_dtype": self.args.sample_dtype,
             "router_jitter": self.args.router_jitter,
             "radix_cache": self.cache is not None, "prefix_cache_tokens": self.cache.max_tokens if self.cache else 0,
+            # The chat template the Go harness renders prompts and glue with
+            # (docs/trainer-protocol.md); the sampler stops on end_of_turn_id.
+            "chat": {"system_prefix": "<|im_start|><|system|>", "user_prefix": "<|im_start|><|user|>",
+                     "assistant_prefix": "<|im_start|><|assistant|>", "end_of_turn": "<|im_end|>",
+                     "end_of_turn_id": self.tok.im_end, "turn_separator": ""},
         }
 
     def _prefill(self, ids, jitter):

@@ -6,6 +6,7 @@ package testenv
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"net"
 	"os"
@@ -207,11 +208,23 @@ func GPUWorker(tb testing.TB, c client.Client, st store.Store, home string) *gpu
 	if err := exec.Command(gpu.Python(), "-c", "import torch").Run(); err != nil {
 		unavailable(tb, "%s cannot import torch: apt-get install python3-torch libopenblas0-pthread", gpu.Python())
 	}
-	l, err := gpu.StartLocal(context.Background(), gpu.LocalOptions{Home: home, Store: st, ServerArgs: []string{"--threads", "1"}})
+	return GPUWorkerWith(tb, c, st, gpu.LocalOptions{Home: home, ServerArgs: []string{"--threads", "1"}})
+}
+
+// GPUWorkerWith starts a GPU worker's processes as o says (backend, model)
+// and a worker for its trainer's queue.
+func GPUWorkerWith(tb testing.TB, c client.Client, st store.Store, o gpu.LocalOptions) *gpu.Local {
+	tb.Helper()
+	o.Store = st
+	l, err := gpu.StartLocal(context.Background(), o)
 	if err != nil {
+		for _, f := range []string{"trainer.log", "inference.log"} {
+			b, _ := os.ReadFile(filepath.Join(o.Home, "logs", f))
+			tb.Logf("%s:\n%s", f, b[max(0, len(b)-4000):])
+		}
 		tb.Fatal(err)
 	}
-	l.Acts.Name = "test" + ids.Clean(home) // its own queue, apart from other tests' trainers
+	l.Acts.Name = "test" + ids.Clean(o.Home) // its own queue, apart from other tests' trainers
 	ws := roles.NewGPU(c, l.Acts)
 	if err := roles.Start(ws); err != nil {
 		l.Stop()
@@ -219,4 +232,55 @@ func GPUWorker(tb testing.TB, c client.Client, st store.Store, home string) *gpu
 	}
 	tb.Cleanup(func() { roles.Stop(ws); l.Stop() })
 	return l
+}
+
+// HFPython is the hf backend's interpreter as `make hfenv` builds it, set as
+// $T1FLOW_HF_PYTHON for the test; the test is skipped when there is none
+// (`make test` builds it first, so there it always runs).
+func HFPython(tb testing.TB) string {
+	tb.Helper()
+	py := os.Getenv("T1FLOW_HF_PYTHON")
+	if py == "" {
+		py = filepath.Join(StateDir(), "hfenv", "bin", "python")
+	}
+	if _, err := os.Stat(py); err != nil {
+		tb.Skipf("no Hugging Face backend environment (%s is missing): `make hfenv` builds it, and `make test` does that first", py)
+	}
+	tb.Setenv("T1FLOW_HF_PYTHON", py)
+	return py
+}
+
+// HFTinyModel builds a tiny random Hugging Face MoE checkpoint of arch
+// (qwen3_moe, olmoe, mixtral) with gpu/hf/tiny.py and returns its directory.
+// Checkpoints are kept in the state dir's cache, keyed by tiny.py's content
+// and the pinned requirements, and never written to by the tests (the
+// processes only read -model).
+func HFTinyModel(tb testing.TB, arch string) string {
+	tb.Helper()
+	py := HFPython(tb)
+	script := filepath.Join(gpu.HFDir(), "tiny.py")
+	src, err := os.ReadFile(script)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	reqs, _ := os.ReadFile(filepath.Join(gpu.HFDir(), "requirements.txt")) // the library versions that wrote it
+	sum := sha256.Sum256(append(src, reqs...))
+	dir := filepath.Join(StateDir(), "cache", "hf-tiny", fmt.Sprintf("%s-%x", arch, sum[:6]))
+	if _, err := os.Stat(filepath.Join(dir, "config.json")); err == nil {
+		return dir
+	}
+	tmp := dir + fmt.Sprintf(".tmp%d", os.Getpid())
+	os.RemoveAll(tmp)
+	cmd := exec.Command(py, script, "--arch", arch, "--out", tmp)
+	cmd.Env = append(os.Environ(), "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tb.Fatalf("tiny.py --arch %s: %v\n%s", arch, err, out)
+	}
+	if err := os.Rename(tmp, dir); err != nil && !os.IsExist(err) {
+		if _, serr := os.Stat(filepath.Join(dir, "config.json")); serr != nil {
+			tb.Fatal(err) // not another test's build that won the race
+		}
+		os.RemoveAll(tmp)
+	}
+	return dir
 }

@@ -131,3 +131,17 @@ def test_finish_reasons_are_sglangs():
     ab = eng.generate({"input_ids": [257], "sampling_params": {"max_new_tokens": 4}, "return_routed_experts": True})
     fr = ab["meta_info"]["finish_reason"]
     assert fr["type"] == "abort" and set(fr) == {"type", "message"} and ab["output_ids"] == []
+
+
+def test_model_info_chat_template_is_the_reference_chat_format():
+    """The Go harness renders every prompt from model info's "chat" field: the
+    reference's template must be the ChatML-like format its /v1/chat/completions
+    and the trained checkpoints use, and end_of_turn_id the token of end_of_turn."""
+    eng = make_engine(seed=0)
+    c = eng.info()["chat"]
+    assert c == {"system_prefix": "<|im_start|><|system|>", "user_prefix": "<|im_start|><|user|>",
+                 "assistant_prefix": "<|im_start|><|assistant|>", "end_of_turn": "<|im_end|>",
+                 "end_of_turn_id": 260, "turn_separator": ""}
+    assert eng.tokenize({"text": c["end_of_turn"]})["tokens"] == [c["end_of_turn_id"]]
+    first = c["system_prefix"] + "S" + c["end_of_turn"] + c["turn_separator"] + c["user_prefix"]
+    assert eng.tokenize({"text": first})["tokens"] == [259, 261, ord("S"), 260, 259, 262]

@@ -1,0 +1,96 @@
+package gpu
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestHFBackendNeedsItsEnvironment(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("T1FLOW_HOME", home)
+	if _, err := NewBackend(BackendHF); err == nil || !strings.Contains(err.Error(), "make hfenv") || !strings.Contains(err.Error(), filepath.Join(home, "hfenv", "bin", "python")) {
+		t.Fatalf("no hfenv: %v, want an error naming the interpreter and `make hfenv`", err)
+	}
+	py := filepath.Join(home, "hfenv", "bin", "python")
+	os.MkdirAll(filepath.Dir(py), 0o755)
+	os.WriteFile(py, nil, 0o755)
+	b, err := NewBackend(BackendHF)
+	if err != nil || b.Python != py || filepath.Base(b.Dir) != "hf" {
+		t.Fatalf("%+v %v", b, err)
+	}
+	if _, err := NewBackend("sglang"); err == nil || !strings.Contains(err.Error(), "reference or hf") {
+		t.Fatalf("unknown backend: %v", err)
+	}
+	// The same error stops StartLocal before anything starts.
+	t.Setenv("T1FLOW_HOME", t.TempDir())
+	if _, err := StartLocal(context.Background(), LocalOptions{Home: t.TempDir(), Backend: BackendHF, Init: t.TempDir()}); err == nil || !strings.Contains(err.Error(), "make hfenv") {
+		t.Fatalf("StartLocal without hfenv: %v", err)
+	}
+}
+
+func TestHFBackendNeedsAHFCheckpoint(t *testing.T) {
+	b := Backend{Name: BackendHF}
+	dir := t.TempDir()
+	file := filepath.Join(dir, "weights.safetensors")
+	os.WriteFile(file, nil, 0o644)
+	for _, c := range []struct{ model, want string }{
+		{"", "needs -model DIR"}, {"random", "needs -model DIR"},
+		{filepath.Join(dir, "nope"), "no such file"}, {file, "not a directory"}, {dir, "no config.json"},
+	} {
+		if err := b.CheckModel(c.model); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("-model %q: %v, want %q", c.model, err, c.want)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "config.json"), []byte("{}"), 0o644)
+	if err := b.CheckModel(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := Reference().CheckModel("random"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The hf processes get the reference's flags, plus --model / --init DIR.
+func TestBackendCommands(t *testing.T) {
+	b := Backend{Name: BackendHF, Python: "/h/hfenv/bin/python", Dir: "/src/gpu/hf"}
+	tr := b.TrainerCommand("/w/trainer", Slot{Devices: []int{0}}, "/m")
+	if want := []string{"/h/hfenv/bin/python", "/src/gpu/hf/trainer.py", "--port", "{port}", "--workdir", "/w/trainer", "--device", "cuda", "--init", "/m"}; !reflect.DeepEqual(tr, want) {
+		t.Errorf("trainer %v", tr)
+	}
+	inf := b.InferenceCommand("/m", Slot{}, "--state", "s.json")
+	if want := []string{"/h/hfenv/bin/python", "/src/gpu/hf/server.py", "--port", "{port}", "--device", "cpu", "--model", "/m", "--state", "s.json"}; !reflect.DeepEqual(inf, want) {
+		t.Errorf("inference %v", inf)
+	}
+	if env := b.Env(Slot{Devices: []int{1}}); strings.Join(env, " ") != "CUDA_VISIBLE_DEVICES=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1" {
+		t.Errorf("hf env %v", env)
+	}
+	if env := Reference().Env(Slot{}); len(env) != 1 {
+		t.Errorf("reference env %v", env)
+	}
+	if ref := TrainerCommand("/w", Slot{}); strings.Contains(strings.Join(ref, " "), "--init") || filepath.Base(ref[1]) != "trainer.py" {
+		t.Errorf("reference trainer %v", ref)
+	}
+}
+
+// One home's trainer state belongs to one backend.
+func TestClaimHome(t *testing.T) {
+	work := t.TempDir()
+	if err := claimHome(work, BackendHF); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimHome(work, BackendHF); err != nil {
+		t.Fatal(err)
+	}
+	if err := claimHome(work, BackendReference); err == nil || !strings.Contains(err.Error(), "state of gpu backend hf") {
+		t.Fatalf("reference on an hf home: %v", err)
+	}
+	old := t.TempDir()
+	os.MkdirAll(filepath.Join(old, "trainer"), 0o755) // a reference home from before backends were recorded
+	if err := claimHome(old, BackendHF); err == nil || !strings.Contains(err.Error(), "state of gpu backend reference") {
+		t.Fatalf("hf on an old reference home: %v", err)
+	}
+}
