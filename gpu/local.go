@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/store"
@@ -18,7 +19,12 @@ type LocalOptions struct {
 	Init       string // checkpoint dir, or "" / "random"
 	Inference  string // an existing server's URL; empty starts the reference server
 	ServerArgs []string
-	Store      store.Store
+	// TrainerArgs: extra arguments for the reference trainer.
+	TrainerArgs []string
+	// InferenceHangWindow: the reference inference server is restarted once
+	// it has not answered its watchdog for this long (0: no watchdog).
+	InferenceHangWindow time.Duration
+	Store               store.Store
 }
 
 // Local is the running local default.
@@ -36,10 +42,10 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	}
 	work := filepath.Join(o.Home, "gpu")
 	trainerSlot, infSlot := o.Slots[0], o.Slots[len(o.Slots)-1]
-	var extra []string
+	extra := o.TrainerArgs
 	model := ""
 	if o.Init != "" && o.Init != "random" {
-		extra, model = []string{"--init", o.Init}, o.Init
+		extra, model = append([]string{"--init", o.Init}, o.TrainerArgs...), o.Init
 	}
 	l := &Local{Trainer: &Supervisor{
 		Name: "trainer", PortFile: filepath.Join(work, "trainer.port"), Command: TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, extra...),
@@ -57,6 +63,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		l.Inference = &Supervisor{
 			Name: "inference", PortFile: filepath.Join(work, "inference.port"), Command: InferenceCommand(model, infSlot, args...),
 			Env: infSlot.Env(), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
+		}
+		if o.InferenceHangWindow > 0 {
+			l.Inference.Watchdog = InferenceWatchdog(o.InferenceHangWindow)
 		}
 		if err := l.Inference.Start(ctx); err != nil {
 			l.Trainer.Stop()
