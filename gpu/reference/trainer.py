@@ -25,6 +25,7 @@ import httpjson
 import model as M
 import ppo
 import safetensors_io
+import sft_progress
 
 
 class Cancelled(httpjson.HTTPError):
@@ -115,6 +116,7 @@ class Trainer:
                 if saved["op"] != op:
                     raise httpjson.HTTPError(409, f"key {key!r} was used for {saved['op']}, not {op}")
                 saved["result"]["replayed"] = True
+                sft_progress.drop(self.workdir, key)   # a crash after the commit may have left it
                 return saved["result"]
             self.progress = {"op": op, "key": key, "done": 0, "total": 0, "metrics": {}}
             self.cancel_key = None
@@ -145,6 +147,7 @@ class Trainer:
                 raise
             self.store.crash("committed")
             self.store.finish(rec)        # ops/ record, ops.log commit line
+            sft_progress.drop(self.workdir, key)
             return dict(result)
 
     def _tick(self, done, total, **metrics):
@@ -210,23 +213,34 @@ class Trainer:
             adv[i, idx], ret[i, idx] = a, g
         return adv, ret
 
-    def _minibatches(self, n, k, cap=8):
+    def _minibatches(self, n, k, cap=8, gen=None):
         k = max(k, (n + cap - 1) // cap)  # never more than cap trajectories at once
-        order = torch.randperm(n).tolist()
+        order = torch.randperm(n, generator=gen).tolist()
         size = max(1, (n + k - 1) // k)
         return [order[i:i + size] for i in range(0, n, size)]
 
     # ---- operations --------------------------------------------------------
     def sft(self, req):
+        """Supervised fine-tuning, epoch by epoch. Each finished epoch is
+        saved under the key's progress directory (sft_progress.py), so a
+        retry of the key after a crash goes on from the last finished epoch
+        instead of from zero, to the same weights: the minibatch order comes
+        from a generator seeded by the key, saved with the epoch."""
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
         self._set_lr(self.actor_opt, h.actor_lr)
         inputs, targets, mask = B.pad(trajs, self.device)[:3]   # SFT targets are not samples: temperature 1
         total = h.epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
-        step, losses, tokens = 0, [], 0
+        gen = torch.Generator().manual_seed(int(hashlib.sha256(req["key"].encode()).hexdigest()[:15], 16))
+        prog = sft_progress.Progress(self.workdir, req, self.version)
+        done = prog.load(self.actor, self.actor_opt, gen)
+        if done:
+            self.log(f"resume sft {req['key']} after epoch {done['epoch']}/{h.epochs}")
+        epoch, step, losses, tokens = done["epoch"] if done else 0, done["step"] if done else 0, \
+            done["losses"] if done else [], done["tokens"] if done else 0
         self.actor.train()
-        for _ in range(h.epochs):
-            for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch):
+        for epoch in range(epoch + 1, h.epochs + 1):
+            for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch, gen):
                 logp, _ = self._logp(inputs[mb], targets[mb], None)
                 m = mask[mb]
                 loss = -(logp[m]).mean()
@@ -238,6 +252,10 @@ class Trainer:
                 tokens += int(m.sum())
                 step += 1
                 self._tick(step, total, loss=losses[-1])
+            if epoch < h.epochs:
+                prog.save(self.actor, self.actor_opt, gen, {"epoch": epoch, "step": step, "losses": losses, "tokens": tokens})
+                self.log(f"sft {req['key']} epoch {epoch}/{h.epochs} saved")
+                self.store.crash("sft-epoch")
         return {"loss": losses[-1], "loss_first": losses[0], "tokens": tokens, "trajectories": len(trajs)}
 
     def _values(self, inputs, routing=None):
@@ -417,8 +435,8 @@ def main():
     ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
     ap.add_argument("--hang-once", default="", help="tests: while this file exists, hang after the second minibatch of an operation (and remove it)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
-    ap.add_argument("--crash-at", choices=commit.CRASH_POINTS,
-                    help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit")
+    ap.add_argument("--crash-at", choices=commit.CRASH_POINTS + commit.PROGRESS_CRASH_POINTS,
+                    help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit, or after SFT saved its first epoch (sft-epoch)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
