@@ -34,8 +34,8 @@ import time
 # the ops.log commit line (the reply not sent).
 CRASH_POINTS = ("trained", "staged-weights", "staged", "between-renames", "renamed", "committed",
                 "record-tmp", "recorded", "logged")
-# Not a commit step: after SFT saved its first finished epoch (sft_progress.py).
-PROGRESS_CRASH_POINTS = ("sft-epoch",)
+# Not commit steps: after SFT or a critic fit saved its first finished epoch (epochs.py).
+PROGRESS_CRASH_POINTS = ("sft-epoch", "critic_fit-epoch")
 
 
 def fsync_dir(d):

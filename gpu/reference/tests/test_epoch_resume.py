@@ -1,8 +1,8 @@
-"""A crash mid-SFT loses at most the epoch in flight: the trainer, started
-from its CLI with --crash-at sft-epoch, kills itself (SIGKILL) right after
-saving its first finished epoch; restarted on the same workdir, the retry of
-the key goes on from epoch 2 and ends with the very weights, bit for bit, of
-an SFT that never crashed."""
+"""A crash mid-SFT or mid-critic-fit loses at most the epoch in flight: the
+trainer, started from its CLI with --crash-at <op>-epoch, kills itself
+(SIGKILL) right after saving its first finished epoch; restarted on the same
+workdir, the retry of the key goes on from epoch 2 and ends with the very
+result and weights, bit for bit, of an operation that never crashed."""
 import http.client
 import os
 import signal
@@ -26,40 +26,41 @@ def sft_batch(tmp_path_factory):
     return write_batch(tmp_path_factory.mktemp("sftbatch") / "b", ts, [1.0, 1.0, 1.0])
 
 
-def sft(proc, batch_dir):
-    return proc.post("/sft", {"key": KEY, "batch_dir": batch_dir, "preset": "small",
-                              "hyper": {"epochs": EPOCHS, "minibatches": 3}})
+def run(proc, op, batch_dir):
+    return proc.post("/" + op, {"key": KEY, "batch_dir": batch_dir, "preset": "small",
+                                "hyper": {"epochs": EPOCHS, "minibatches": 3}})
 
 
-def test_sft_resumes_from_its_last_epoch(tmp_path, sft_batch):
+@pytest.mark.parametrize("op", ["sft", "critic_fit"])
+def test_resumes_from_its_last_epoch(tmp_path, sft_batch, op):
     once = tmp_path / "once"
     p = Proc(once)
     try:
-        want = sft(p, sft_batch)
+        want = run(p, op, sft_batch)
     finally:
         p.stop()
 
     w = tmp_path / "w"
-    p = Proc(w, crash_at="sft-epoch")
+    p = Proc(w, crash_at=f"{op}-epoch")
     try:
         with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
-            sft(p, sft_batch)
+            run(p, op, sft_batch)
         assert p.p.wait(timeout=60) == -signal.SIGKILL
     finally:
         p.stop()
     p = Proc(w)
     try:
-        got = sft(p, sft_batch)
+        got = run(p, op, sft_batch)
     finally:
         p.stop()
     log = open(os.path.join(w, "ops.log")).read()
-    assert log.count(f"sft {KEY} epoch 1/{EPOCHS} saved") == 1, f"epoch 1 ran again:\n{log}"
-    assert f"resume sft {KEY} after epoch 1/{EPOCHS}" in log, log
-    assert log.count(f"begin sft {KEY}") == 2 and log.count(f"commit sft {KEY} ") == 1, log
+    assert log.count(f"{op} {KEY} epoch 1/{EPOCHS} saved") == 1, f"epoch 1 ran again:\n{log}"
+    assert f"resume {op} {KEY} after epoch 1/{EPOCHS}" in log, log
+    assert log.count(f"begin {op} {KEY}") == 2 and log.count(f"commit {op} {KEY} ") == 1, log
     assert not got["replayed"] and metrics(got) == metrics(want)
     have, ref = weights(w), weights(once)
     for k, v in ref.items():
-        assert torch.equal(have[k], v), f"{k} differs from an SFT that never crashed"
+        assert torch.equal(have[k], v), f"{k} differs from an {op} that never crashed"
     assert not os.listdir(os.path.join(w, "progress")), "the commit left the key's progress behind"
 
 

@@ -1,10 +1,10 @@
-"""Progress of a long training operation (SFT), saved at each finished epoch,
-so a retry of the same key after a crash goes on from there.
+"""Progress of a long training operation (SFT, critic fit), saved at each
+finished epoch, so a retry of the same key after a crash goes on from there.
 
 workdir/progress/<sha256 of the key>/ holds epoch.json (the commit point of
 an epoch: the key, the request's fingerprint, the committed version the
 operation started from, the epoch, and the counters so far) and the
-epoch-N.pt it names (actor weights, optimizer state, the minibatch
+epoch-N.pt it names (the trained model's weights, its optimizer's state, the minibatch
 generator's state). Saved progress is used only by the same key on the same
 request from the same committed version; the operation's commit removes it.
 """
@@ -37,8 +37,8 @@ class Progress:
         self.key, self.fp, self.version = req["key"], fingerprint(req), version
         self.dir = _dir(workdir, self.key)
 
-    def load(self, actor, opt, gen):
-        """Restore the last saved epoch into actor, opt and gen; returns its
+    def load(self, model, opt, gen):
+        """Restore the last saved epoch into model, opt and gen; returns its
         counters ({"epoch", "step", "losses", "tokens"}) or None."""
         try:
             with open(os.path.join(self.dir, "epoch.json")) as f:
@@ -49,17 +49,17 @@ class Progress:
             shutil.rmtree(self.dir, ignore_errors=True)   # another request's, or from another base
             return None
         saved = torch.load(os.path.join(self.dir, meta["file"]), map_location="cpu")
-        actor.load_state_dict(saved["actor"])
+        model.load_state_dict(saved["model"])
         opt.load_state_dict(saved["opt"])
         gen.set_state(saved["gen"])
         return meta["counters"]
 
-    def save(self, actor, opt, gen, counters):
+    def save(self, model, opt, gen, counters):
         os.makedirs(self.dir, exist_ok=True)
         name = f"epoch-{counters['epoch']}.pt"
         path = os.path.join(self.dir, name)
         with open(path + ".tmp", "wb") as f:
-            torch.save({"actor": actor.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state()}, f)
+            torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "gen": gen.get_state()}, f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(path + ".tmp", path)
