@@ -102,7 +102,8 @@ func TestCampaignChaos(t *testing.T) {
 	if err := c.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
 		t.Fatalf("campaign: %v", err)
 	}
-	t.Logf("campaign done after %.0fs", time.Since(began).Seconds())
+	t.Logf("campaign done after %.0fs; the inference watchdog found %d hangs", time.Since(began).Seconds(),
+		strings.Count(readFile(filepath.Join(home, "logs", "inference.log")), " hung: "))
 	checkChaosOutcome(t, c, cfg, res.State, readFile(filepath.Join(home, "gpu", "trainer", "ops.log")))
 	if left := testenv.Containers(t, sandbox.LabelHost, host); len(left) != 0 {
 		t.Errorf("sandboxes left: %v", left)
@@ -222,8 +223,8 @@ func checkChaosOutcome(t *testing.T, c client.Client, cfg campaign.Config, s wor
 		if r.Rollouts != cfg.PPO.TasksPerStep || r.Trained != r.Rollouts || r.Aborted+r.Failed+r.Stale != 0 {
 			t.Errorf("step %d: %d rollouts, %d trained, aborted %d, failed %d, stale %d", r.Step, r.Rollouts, r.Trained, r.Aborted, r.Failed, r.Stale)
 		}
-		if n := countRollouts(t, c, fmt.Sprintf("CampaignID = '%s' AND Stage = 'ppo' AND Step = %d", cfg.Name, r.Step)); n != cfg.PPO.TasksPerStep {
-			t.Errorf("step %d: %d rollout executions for %d tasks", r.Step, n, cfg.PPO.TasksPerStep)
+		if n, distinct := rolloutExecutions(t, c, fmt.Sprintf("CampaignID = '%s' AND Stage = 'ppo' AND Step = %d", cfg.Name, r.Step)); n != cfg.PPO.TasksPerStep || distinct != n {
+			t.Errorf("step %d: %d rollout executions of %d rollout IDs for %d tasks", r.Step, n, distinct, cfg.PPO.TasksPerStep)
 		}
 	}
 	// Warm-up: every rollout ID run as one execution.
@@ -246,19 +247,13 @@ func checkChaosOutcome(t *testing.T, c client.Client, cfg campaign.Config, s wor
 	}
 }
 
-func countRollouts(t *testing.T, c client.Client, query string) int {
-	t.Helper()
-	n, err := c.CountWorkflow(context.Background(), &workflowservice.CountWorkflowExecutionsRequest{Query: "WorkflowType = 'RolloutWorkflow' AND " + query})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return int(n.Count)
-}
-
-// rolloutExecutions counts the rollout executions a query finds and their distinct workflow IDs.
+// rolloutExecutions counts the rollout executions a query finds and their
+// distinct workflow IDs, and logs the sandboxes their crashes cost.
 func rolloutExecutions(t *testing.T, c client.Client, query string) (n, distinct int) {
 	t.Helper()
 	seen := map[string]bool{}
+	extra, lost := 0, 0
+	defer func() { t.Logf("%s: %d rollouts, %d extra sandboxes, %d lost turns", query, n, extra, lost) }()
 	var token []byte
 	for {
 		resp, err := c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
@@ -269,6 +264,10 @@ func rolloutExecutions(t *testing.T, c client.Client, query string) (n, distinct
 		for _, e := range resp.Executions {
 			n++
 			seen[e.Execution.WorkflowId] = true
+			var r workflows.RolloutResult
+			if err := c.GetWorkflow(context.Background(), e.Execution.WorkflowId, e.Execution.RunId).Get(context.Background(), &r); err == nil {
+				extra, lost = extra+max(r.SandboxAttempts-1, 0), lost+r.LostTurns
+			}
 		}
 		if token = resp.NextPageToken; len(token) == 0 {
 			return n, len(seen)
