@@ -77,7 +77,7 @@ func TestCampaignChaos(t *testing.T) {
 	cfg.SFT.Minibatches, cfg.CriticWarmup.FitEpochs = 1, 1
 	wid := ids.CampaignWorkflowID(name)
 	startCampaign(t, c, cfg)
-	faults := chaosFaults(t, c, wid, name, host, filepath.Join(home, "gpu", "trainer", "ops.log"))
+	faults := chaosFaults(t, c, wid, name, host, filepath.Join(home, "gpu"))
 	for _, f := range faults {
 		waitFor(t, c, wid, f.stage, 6*time.Minute, f.at)
 		off := time.Duration(rng.Int63n(int64(f.jitter) + 1))
@@ -138,7 +138,8 @@ func chaosPools(t *testing.T, st store.Store) {
 
 // chaosFaults are the crashes, one or more in each stage of the campaign,
 // each found from the campaign's status query or the trainer's ops.log.
-func chaosFaults(t *testing.T, c client.Client, wid, name, host, opsLog string) []chaosFault {
+func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) []chaosFault {
+	opsLog := filepath.Join(gpuDir, "trainer", "ops.log")
 	status := func() workflows.CampaignStatus {
 		var s workflows.CampaignStatus
 		if v, err := c.QueryWorkflow(context.Background(), wid, "", workflows.QueryStatus); err == nil {
@@ -153,9 +154,12 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, opsLog string) 
 		commit := regexp.MustCompile(fmt.Sprintf(`commit %s %s/\S*%s `, op, name, regexp.QuoteMeta(keyEnd)))
 		return func() bool { l := readFile(opsLog); return begin.MatchString(l) && !commit.MatchString(l) }
 	}
-	committed := func(op, keyEnd string) func() bool {
-		commit := regexp.MustCompile(fmt.Sprintf(`commit %s %s/\S*%s `, op, name, regexp.QuoteMeta(keyEnd)))
-		return func() bool { return commit.MatchString(readFile(opsLog)) }
+	// The trainer saved the checkpoint; inference does not serve it yet.
+	saved := func(label string) func() bool {
+		return func() bool {
+			m, _ := filepath.Glob(filepath.Join(gpuDir, "checkpoints", "*"+label+"*", "manifest.json"))
+			return len(m) > 0 && !strings.Contains(readFile(filepath.Join(gpuDir, "inference.served.json")), label)
+		}
 	}
 	inFlight := func(what string, rollouts bool) func() bool {
 		return func() bool { return status().InFlight == what && (!rollouts || sandboxes()) }
@@ -174,8 +178,7 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, opsLog string) 
 		{stage: "warm-up rollouts", at: inFlight("critic warm-up", true), jitter: 3000 * ms},
 		{stage: "PPO step 1 rollouts", at: ppoRollouts(1), jitter: 3000 * ms},
 		{stage: "PPO step 1 update", at: running("ppo_step", "/ppo/1"), jitter: 300 * ms},
-		// ppo_step committed: the checkpoint is saved and loaded into inference.
-		{stage: "PPO step 1 checkpoint save and load", at: committed("ppo_step", "/ppo/1"), jitter: 200 * ms},
+		{stage: "PPO step 1 checkpoint load into inference", at: saved("step-0001"), jitter: 300 * ms},
 		{stage: "PPO step 2 rollouts", at: ppoRollouts(2), jitter: 3000 * ms, server: true},
 		{stage: "final eval rollouts", at: inFlight("eval final", true), jitter: 2000 * ms},
 	}
