@@ -67,7 +67,7 @@ func TestCampaignChaos(t *testing.T) {
 	w := testenv.StartWorkerProcess(t, &testenv.WorkerProcess{
 		Home: home,
 		Args: []string{"-role", "all", "-host", host, "-gpus", "cpu", "-inference-args", "--threads 1",
-			"-trainer-args", "--threads 1 --slow-ms 100", "-reaper-interval", "1h"},
+			"-trainer-args", "--threads 1 --slow-ms 300", "-reaper-interval", "1h"},
 		Env: []string{"TEMPORAL_ADDRESS=" + srv.Address, "T1FLOW_STORE=" + filepath.Join(home, "store")},
 	})
 
@@ -154,6 +154,10 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) 
 		commit := regexp.MustCompile(fmt.Sprintf(`commit %s %s/\S*%s `, op, name, regexp.QuoteMeta(keyEnd)))
 		return func() bool { l := readFile(opsLog); return begin.MatchString(l) && !commit.MatchString(l) }
 	}
+	committed := func(op, keyEnd string) func() bool {
+		commit := regexp.MustCompile(fmt.Sprintf(`commit %s %s/\S*%s `, op, name, regexp.QuoteMeta(keyEnd)))
+		return func() bool { return commit.MatchString(readFile(opsLog)) }
+	}
 	// The trainer saved the checkpoint; inference does not serve it yet.
 	saved := func(label string) func() bool {
 		return func() bool {
@@ -177,7 +181,8 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) 
 		{stage: "SFT update, epoch 2", at: sftEpochSaved, jitter: 200 * ms},
 		{stage: "warm-up rollouts", at: inFlight("critic warm-up", true), jitter: 3000 * ms},
 		{stage: "PPO step 1 rollouts", at: ppoRollouts(1), jitter: 3000 * ms},
-		{stage: "PPO step 1 update", at: running("ppo_step", "/ppo/1"), jitter: 300 * ms},
+		// Committed, its reply not yet sent (--slow-ms delays it): the retry replays the step.
+		{stage: "PPO step 1 update", at: committed("ppo_step", "/ppo/1"), jitter: 50 * ms},
 		{stage: "PPO step 1 checkpoint load into inference", at: saved("step-0001"), jitter: 300 * ms},
 		{stage: "PPO step 2 rollouts", at: ppoRollouts(2), jitter: 3000 * ms, server: true},
 		{stage: "final eval rollouts", at: inFlight("eval final", true), jitter: 2000 * ms},
@@ -216,6 +221,7 @@ func checkChaosOutcome(t *testing.T, c client.Client, cfg campaign.Config, s wor
 	if strings.Count(opsLog, "begin sft "+sftKey+"\n") > 1 && !strings.Contains(opsLog, "resume sft "+sftKey+" after epoch 1/2") {
 		t.Errorf("SFT begun again after its first epoch was saved did not resume from it")
 	}
+	t.Logf("trainer keys committed: %d; retries answered from their record: %d", len(commits), strings.Count(opsLog, " replay "))
 	if t.Failed() {
 		t.Logf("ops.log:\n%s", opsLog)
 	}

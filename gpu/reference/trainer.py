@@ -117,6 +117,7 @@ class Trainer:
                     raise httpjson.HTTPError(409, f"key {key!r} was used for {saved['op']}, not {op}")
                 saved["result"]["replayed"] = True
                 epochs.drop(self.workdir, key)   # a crash after the commit may have left it
+                self.log(f"replay {op} {key}")
                 return saved["result"]
             self.progress = {"op": op, "key": key, "done": 0, "total": 0, "metrics": {}}
             self.cancel_key = None
@@ -148,6 +149,8 @@ class Trainer:
             self.store.crash("committed")
             self.store.finish(rec)        # ops/ record, ops.log commit line
             epochs.drop(self.workdir, key)
+            if self.args.slow_ms:
+                time.sleep(self.args.slow_ms / 1000)   # for crash tests: widen the window before the reply
             return dict(result)
 
     def _tick(self, done, total, **metrics):
@@ -441,7 +444,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
+    ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch and before answering a committed operation (tests widen crash windows)")
     ap.add_argument("--hang-once", default="", help="tests: while this file exists, hang after the second minibatch of an operation (and remove it)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
     ap.add_argument("--crash-at", choices=commit.CRASH_POINTS + commit.PROGRESS_CRASH_POINTS,
