@@ -375,3 +375,53 @@ func TestHungTrainerIsRestarted(t *testing.T) {
 		t.Fatalf("committed %d times:\n%s", n, log)
 	}
 }
+
+// TestHungInferenceServerIsRestarted: an inference server that hangs in
+// /generate (still answering /health) is found by its supervisor's watchdog
+// within 1.5 windows and restarted, and serves again; one that answers is
+// left alone.
+func TestHungInferenceServerIsRestarted(t *testing.T) {
+	needTorch(t)
+	hang := filepath.Join(t.TempDir(), "hang")
+	window := 9 * time.Second // probes time out after 3 s: a loaded machine still answers
+	s := &Supervisor{Name: "inference", Command: InferenceCommand("", Slot{}, "--seed", "0", "--threads", "1", "--hang-once", hang),
+		LogPath: filepath.Join(t.TempDir(), "inference.log"), Env: Slot{}.Env(), Watchdog: InferenceWatchdog(window)}
+	if err := s.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	inf := &inference.Client{BaseURL: s.URL()}
+	gen := func(ctx context.Context) error {
+		_, err := inf.Generate(ctx, inference.GenerateRequest{InputIDs: []int{1, 2, 3}, SamplingParams: inference.SamplingParams{MaxNewTokens: 4}})
+		return err
+	}
+	// A serving server is left alone through two windows of probes.
+	time.Sleep(2 * window)
+	if s.Restarts() != 0 || s.Watchdog.Hangs() != 0 {
+		t.Fatalf("a serving server was restarted %d times (%d hangs)", s.Restarts(), s.Watchdog.Hangs())
+	}
+	if err := os.WriteFile(hang, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	gctx, gcancel := context.WithTimeout(context.Background(), 3*window)
+	defer gcancel()
+	if err := gen(gctx); err == nil {
+		t.Fatal("the generation that hung answered")
+	}
+	found := time.Since(start)
+	if _, err := os.Stat(hang); !os.IsNotExist(err) {
+		t.Fatal("the server never hung")
+	}
+	if s.Watchdog.Hangs() != 1 || found > window*3/2+2*time.Second {
+		t.Fatalf("the hang was found after %s (window %s, %d hangs)", found, window, s.Watchdog.Hangs())
+	}
+	ctx := context.Background()
+	if err := s.WaitRestarted(ctx, 1, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if err := gen(ctx); err != nil {
+		t.Fatalf("after the restart: %v", err)
+	}
+	t.Logf("hang found and the server killed after %s; serving again after %s", found.Round(100*time.Millisecond), time.Since(start).Round(100*time.Millisecond))
+}

@@ -24,7 +24,12 @@ type LocalOptions struct {
 	Init       string
 	Inference  string // an existing server's URL; empty starts the reference server
 	ServerArgs []string
-	Store      store.Store
+	// TrainerArgs: extra arguments for the trainer.
+	TrainerArgs []string
+	// InferenceHangWindow: the inference server is restarted once it has
+	// not answered its watchdog for this long (0: no watchdog).
+	InferenceHangWindow time.Duration
+	Store               store.Store
 }
 
 // Local is the running local default.
@@ -54,7 +59,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		return nil, err
 	}
 	l := &Local{Backend: b, Trainer: &Supervisor{
-		Name: "trainer", PortFile: filepath.Join(work, "trainer.port"), Command: b.TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, o.Init),
+		Name: "trainer", PortFile: filepath.Join(work, "trainer.port"), Command: b.TrainerCommand(filepath.Join(work, "trainer"), trainerSlot, o.Init, o.TrainerArgs...),
 		Env: b.Env(trainerSlot), LogPath: filepath.Join(o.Home, "logs", "trainer.log"), PIDFile: filepath.Join(work, "trainer.pid"),
 	}}
 	if b.Name == BackendHF {
@@ -79,6 +84,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		}
 		if b.Name == BackendHF {
 			l.Inference.HealthTimeout = hfLoadTimeout
+		}
+		if o.InferenceHangWindow > 0 {
+			l.Inference.Watchdog = InferenceWatchdog(o.InferenceHangWindow)
 		}
 		if err := l.Inference.Start(ctx); err != nil {
 			l.Trainer.Stop()

@@ -58,6 +58,9 @@ type Supervisor struct {
 	// PortFile, when set and Port is 0, keeps the port across restarts of the
 	// worker, so the process's URL stays the same for work already in flight.
 	PortFile string
+	// Watchdog, when set, restarts a process that is up but no longer
+	// answers (watchdog.go).
+	Watchdog *Watchdog
 
 	mu       sync.Mutex
 	cmd      *exec.Cmd
@@ -122,6 +125,9 @@ func (s *Supervisor) Start(ctx context.Context) error {
 		return err
 	}
 	go s.monitor()
+	if s.Watchdog != nil {
+		go s.watch()
+	}
 	return nil
 }
 

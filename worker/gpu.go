@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -29,6 +30,12 @@ type gpuFlags struct {
 	inference  string
 	serverArgs string
 	trainer    string
+	// trainerArgs: extra arguments for the reference trainer (tests widen
+	// crash windows with --slow-ms); stallWindow: how long a trainer
+	// operation's progress may stand still before the trainer is restarted.
+	trainerArgs string
+	stallWindow time.Duration
+	hangWindow  time.Duration // the inference server's watchdog
 }
 
 func (g *gpuFlags) register() {
@@ -40,9 +47,17 @@ func (g *gpuFlags) register() {
 	flag.StringVar(&g.inference, "inference", os.Getenv("T1FLOW_INFERENCE"), "URL of an existing SGLang-compatible server; empty starts the reference server")
 	flag.StringVar(&g.trainer, "trainer", "", "name of this worker's trainer (its own queue is t1flow-gpu-<name>; default: the -host name); unique per trainer")
 	flag.StringVar(&g.serverArgs, "inference-args", "", "extra arguments for the reference inference server (e.g. '--sample-dtype bfloat16')")
+	flag.StringVar(&g.trainerArgs, "trainer-args", "", "extra arguments for the trainer (e.g. '--threads 4')")
+	flag.DurationVar(&g.stallWindow, "trainer-stall-window", gpu.DefaultStallWindow,
+		"a trainer operation whose progress does not move for this long is hung and the trainer is restarted; raise it when a commit or a minibatch takes longer")
+	flag.DurationVar(&g.hangWindow, "inference-hang-window", gpu.DefaultInferenceHangWindow,
+		"the inference server is restarted once it has not answered GET /health_generate for this long (found within 1.5x it; 0: never)")
 }
 
 func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, host string) ([]worker.Worker, func(), error) {
+	if g.stallWindow <= 0 {
+		return nil, nil, fmt.Errorf("-trainer-stall-window = %s must be positive", g.stallWindow)
+	}
 	slots, err := gpu.Slots(g.gpus, g.perProcess)
 	if err != nil {
 		return nil, nil, err
@@ -53,11 +68,13 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, h
 	}
 	home, _ := filepath.Abs(config.Home())
 	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: home, Slots: slots, Backend: g.backend, Init: init, Inference: g.inference,
-		ServerArgs: strings.Fields(g.serverArgs), Store: st})
+		ServerArgs: strings.Fields(g.serverArgs), TrainerArgs: strings.Fields(g.trainerArgs),
+		InferenceHangWindow: g.hangWindow, Store: st})
 	if err != nil {
 		return nil, nil, err
 	}
 	l.Acts.Name = g.trainer
+	l.Acts.StallWindow = g.stallWindow
 	if l.Acts.Name == "" {
 		l.Acts.Name = host
 	}

@@ -34,6 +34,8 @@ import time
 # the ops.log commit line (the reply not sent).
 CRASH_POINTS = ("trained", "staged-weights", "staged", "between-renames", "renamed", "committed",
                 "record-tmp", "recorded", "logged")
+# Not commit steps: after SFT or a critic fit saved its first finished epoch (epochs.py).
+PROGRESS_CRASH_POINTS = ("sft-epoch", "critic_fit-epoch")
 
 
 def fsync_dir(d):
@@ -73,8 +75,8 @@ def commit_line(rec):
 
 class Store:
     def __init__(self, workdir, crash_at=None):
-        if crash_at is not None and crash_at not in CRASH_POINTS:
-            raise ValueError(f"crash point {crash_at!r} is none of {CRASH_POINTS}")
+        if crash_at is not None and crash_at not in CRASH_POINTS + PROGRESS_CRASH_POINTS:
+            raise ValueError(f"crash point {crash_at!r} is none of {CRASH_POINTS + PROGRESS_CRASH_POINTS}")
         self.crash_at = crash_at
         self.workdir = workdir
         self.state_dir = os.path.join(workdir, "state")

@@ -22,7 +22,9 @@ import json
 import math
 import os
 import random
+import sys
 import threading
+import time
 from collections import OrderedDict
 
 import numpy as np
@@ -225,6 +227,7 @@ class Engine:
         scale = temperature if temperature > 0 else 1.0
 
         with self.lock:
+            self._hang_once()
             caches, logits, routes, cached = self._prefill(ids, jitter)
             out_ids, logprobs, finish = [], [], finish_length(max_new)
             pos = len(ids)
@@ -278,6 +281,18 @@ class Engine:
             else:
                 meta["routed_experts"] = base64.b64encode(np.ascontiguousarray(r).tobytes()).decode()
         return {"text": self.tok.decode(out_ids), "output_ids": out_ids, "meta_info": meta}
+
+    def _hang_once(self):
+        """Fault injection (--hang-once FILE): while FILE exists, the next
+        generation removes it and hangs holding the engine lock, as a wedged
+        engine would: /health still answers, /generate and /health_generate
+        never do, until the process is killed."""
+        hang = getattr(self.args, "hang_once", "")
+        if hang and os.path.exists(hang):
+            os.remove(hang)
+            print(f"inference: hanging in /generate ({hang})", file=sys.stderr, flush=True)
+            while True:
+                time.sleep(1)
 
     def chat(self, req):
         """OpenAI-compatible chat completions over the chat template (text in and out)."""
@@ -360,6 +375,7 @@ def main():
     ap.add_argument("--drop-routing-frac", type=float, default=0.0, help="fault injection: share of responses whose routing is dropped")
     ap.add_argument("--drop-routing-first", type=int, default=0, help="fault injection: drop the routing of the first N responses that ask for it")
     ap.add_argument("--fault-seed", type=int, default=1)
+    ap.add_argument("--hang-once", default="", help="fault injection: while this file exists, the next generation removes it and hangs holding the engine lock")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--block-size", type=int, default=0, help="context length of a random init (0: the default config)")
     args = ap.parse_args()

@@ -25,6 +25,7 @@ import httpjson
 import model as M
 import ppo
 import safetensors_io
+import epochs
 
 
 class Cancelled(httpjson.HTTPError):
@@ -115,6 +116,8 @@ class Trainer:
                 if saved["op"] != op:
                     raise httpjson.HTTPError(409, f"key {key!r} was used for {saved['op']}, not {op}")
                 saved["result"]["replayed"] = True
+                epochs.drop(self.workdir, key)   # a crash after the commit may have left it
+                self.log(f"replay {op} {key}")
                 return saved["result"]
             self.progress = {"op": op, "key": key, "done": 0, "total": 0, "metrics": {}}
             self.cancel_key = None
@@ -145,6 +148,9 @@ class Trainer:
                 raise
             self.store.crash("committed")
             self.store.finish(rec)        # ops/ record, ops.log commit line
+            epochs.drop(self.workdir, key)
+            if self.args.slow_ms:
+                time.sleep(self.args.slow_ms / 1000)   # for crash tests: widen the window before the reply
             return dict(result)
 
     def _tick(self, done, total, **metrics):
@@ -210,34 +216,60 @@ class Trainer:
             adv[i, idx], ret[i, idx] = a, g
         return adv, ret
 
-    def _minibatches(self, n, k, cap=8):
+    def _minibatches(self, n, k, cap=8, gen=None):
         k = max(k, (n + cap - 1) // cap)  # never more than cap trajectories at once
-        order = torch.randperm(n).tolist()
+        order = torch.randperm(n, generator=gen).tolist()
         size = max(1, (n + k - 1) // k)
         return [order[i:i + size] for i in range(0, n, size)]
 
     # ---- operations --------------------------------------------------------
+    def _epochs(self, op, req, h, model, opt, n, train, metric):
+        """Epochs of minibatches over n trajectories; train(mb) runs one and
+        returns (loss, tokens). Each finished epoch but the last is saved
+        under the key's progress directory (epochs.py), so a retry of the
+        key after a crash goes on from the last saved epoch instead of from
+        zero, to the same weights: the minibatch order comes from a generator
+        seeded by the key, saved with the epoch. Returns (losses, tokens)."""
+        key = req["key"]
+        total = h.epochs * len(self._minibatches(n, h.minibatches, h.max_minibatch))
+        gen = torch.Generator().manual_seed(int(hashlib.sha256(key.encode()).hexdigest()[:15], 16))
+        prog = epochs.Progress(self.workdir, req, self.version)
+        done = prog.load(model, opt, gen)
+        first, step, losses, tokens = 1, 0, [], 0
+        if done:
+            first, step, losses, tokens = done["epoch"] + 1, done["step"], done["losses"], done["tokens"]
+            self.log(f"resume {op} {key} after epoch {done['epoch']}/{h.epochs}")
+        model.train()
+        for epoch in range(first, h.epochs + 1):
+            for mb in self._minibatches(n, h.minibatches, h.max_minibatch, gen):
+                loss, tok = train(mb)
+                losses.append(loss)
+                tokens += tok
+                step += 1
+                self._tick(step, total, **{metric: loss})
+            if epoch < h.epochs:
+                prog.save(model, opt, gen, {"epoch": epoch, "step": step, "losses": losses, "tokens": tokens})
+                self.log(f"{op} {key} epoch {epoch}/{h.epochs} saved")
+                self.store.crash(f"{op}-epoch")
+        return losses, tokens
+
     def sft(self, req):
+        """Supervised fine-tuning; a crash loses at most the epoch in flight (_epochs)."""
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
         self._set_lr(self.actor_opt, h.actor_lr)
         inputs, targets, mask = B.pad(trajs, self.device)[:3]   # SFT targets are not samples: temperature 1
-        total = h.epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
-        step, losses, tokens = 0, [], 0
-        self.actor.train()
-        for _ in range(h.epochs):
-            for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch):
-                logp, _ = self._logp(inputs[mb], targets[mb], None)
-                m = mask[mb]
-                loss = -(logp[m]).mean()
-                self.actor_opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.max_grad_norm)
-                self.actor_opt.step()
-                losses.append(float(loss))
-                tokens += int(m.sum())
-                step += 1
-                self._tick(step, total, loss=losses[-1])
+
+        def train(mb):
+            logp, _ = self._logp(inputs[mb], targets[mb], None)
+            m = mask[mb]
+            loss = -(logp[m]).mean()
+            self.actor_opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.max_grad_norm)
+            self.actor_opt.step()
+            return float(loss), int(m.sum())
+        losses, tokens = self._epochs("sft", req, h, self.actor, self.actor_opt, len(trajs), train, "loss")
         return {"loss": losses[-1], "loss_first": losses[0], "tokens": tokens, "trajectories": len(trajs)}
 
     def _values(self, inputs, routing=None):
@@ -245,29 +277,27 @@ class Trainer:
         return v.float()
 
     def critic_fit(self, req):
+        """The critic fitted to the batch's returns under the critic it
+        starts from; a crash loses at most the epoch in flight (_epochs)."""
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
         self._set_lr(self.critic_opt, h.critic_lr)
         p = B.pad(trajs, self.device)
         inputs, mask = p.inputs, p.mask
-        with torch.no_grad():
+        with torch.no_grad():   # before any saved epoch is loaded: the committed critic's
             v0 = self._values(inputs)
         _, ret = self._advantages(trajs, v0, mask, h)
         ev_before = ppo.explained_variance(v0[mask], ret[mask])
-        total = h.epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
-        step, losses = 0, []
-        self.critic.train()
-        for _ in range(h.epochs):
-            for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch):
-                v = self._values(inputs[mb])
-                loss = ppo.value_loss(v[mask[mb]], ret[mb][mask[mb]])
-                self.critic_opt.zero_grad()
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.max_grad_norm)
-                self.critic_opt.step()
-                losses.append(float(loss))
-                step += 1
-                self._tick(step, total, value_loss=losses[-1])
+
+        def train(mb):
+            v = self._values(inputs[mb])
+            loss = ppo.value_loss(v[mask[mb]], ret[mb][mask[mb]])
+            self.critic_opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.max_grad_norm)
+            self.critic_opt.step()
+            return float(loss), 0
+        losses, _ = self._epochs("critic_fit", req, h, self.critic, self.critic_opt, len(trajs), train, "value_loss")
         with torch.no_grad():
             v1 = self._values(inputs)
         ev_after = ppo.explained_variance(v1[mask], ret[mask])
@@ -414,11 +444,11 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0)
-    ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
+    ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch and before answering a committed operation (tests widen crash windows)")
     ap.add_argument("--hang-once", default="", help="tests: while this file exists, hang after the second minibatch of an operation (and remove it)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
-    ap.add_argument("--crash-at", choices=commit.CRASH_POINTS,
-                    help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit")
+    ap.add_argument("--crash-at", choices=commit.CRASH_POINTS + commit.PROGRESS_CRASH_POINTS,
+                    help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit, or after SFT or a critic fit saved its first epoch (sft-epoch, critic_fit-epoch)")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)

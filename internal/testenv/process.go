@@ -93,6 +93,9 @@ func (w *WorkerProcess) Start(tb testing.TB) {
 	// worker with a fresh home would otherwise build its own.
 	cmd.Env = append(append(os.Environ(), "T1FLOW_HOME="+w.Home, "T1FLOW_TOOLCHAIN_HOME="+StateDir()), w.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
+	// Its own process group: KillGroup9 takes it, and no signal meant for
+	// the test reaches it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		tb.Fatal(err)
 	}
@@ -118,6 +121,29 @@ func (w *WorkerProcess) Kill9(tb testing.TB) {
 	cmd.Wait()
 	f, _ := os.OpenFile(w.Log, os.O_APPEND|os.O_WRONLY, 0o644)
 	fmt.Fprintf(f, "--- %s: killed with SIGKILL\n", time.Now().Format(time.RFC3339Nano))
+	f.Close()
+}
+
+// KillGroup9 is a machine crash: SIGKILL to the worker's process group and
+// to its trainer's and inference server's (each runs in a group of its own),
+// all at once, so nothing of the worker survives.
+func (w *WorkerProcess) KillGroup9(tb testing.TB) {
+	tb.Helper()
+	w.mu.Lock()
+	cmd := w.cmd
+	w.cmd = nil
+	w.mu.Unlock()
+	if cmd == nil {
+		tb.Fatal("worker is not running")
+	}
+	pids := w.GPUPIDs()
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	for _, pid := range pids {
+		syscall.Kill(-pid, syscall.SIGKILL)
+	}
+	cmd.Wait()
+	f, _ := os.OpenFile(w.Log, os.O_APPEND|os.O_WRONLY, 0o644)
+	fmt.Fprintf(f, "--- %s: killed its process groups with SIGKILL (worker %d, GPU processes %v)\n", time.Now().Format(time.RFC3339Nano), cmd.Process.Pid, pids)
 	f.Close()
 }
 

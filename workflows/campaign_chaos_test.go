@@ -1,0 +1,285 @@
+package workflows_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/t1flow/t1flow/internal/campaign"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+// chaosFault is one crash of the chaos test: when at holds, wait a random
+// offset of up to jitter, then kill the worker's process groups (or restart
+// the dev server) and start it again.
+type chaosFault struct {
+	stage  string
+	at     func() bool
+	jitter time.Duration
+	server bool // restart the dev server instead of killing the worker
+}
+
+// TestCampaignChaos runs a small campaign (SFT, critic warm-up, two PPO
+// steps, checkpoints loaded into inference, an eval) on a worker process
+// (control, sandbox and gpu roles, with the reference trainer and inference
+// server as its children) and kills the worker's process groups with SIGKILL
+// in every stage, at seeded random offsets (T1FLOW_CHAOS_SEED replays a
+// run), restarting it each time, and restarts the dev server once. The
+// campaign must complete with every trainer key committed exactly once, every
+// rollout the config asked for run as one execution and counted once, and no
+// sandbox left.
+func TestCampaignChaos(t *testing.T) {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("T1FLOW_CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("T1FLOW_CHAOS_SEED = %q: %v", s, err)
+		}
+	}
+	t.Logf("chaos seed %d (T1FLOW_CHAOS_SEED=%d replays it)", seed, seed)
+	rng := rand.New(rand.NewSource(seed))
+	began := time.Now()
+
+	srv, c := testenv.RestartableDevServer(t)
+	testenv.Docker(t)
+	home := t.TempDir()
+	st, err := store.NewLocal(filepath.Join(home, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := testenv.HostName("chaos")
+	chaosPools(t, st)
+	w := testenv.StartWorkerProcess(t, &testenv.WorkerProcess{
+		Home: home,
+		Args: []string{"-role", "all", "-host", host, "-gpus", "cpu", "-inference-args", "--threads 1",
+			"-trainer-args", "--threads 1 --slow-ms 300", "-reaper-interval", "1h"},
+		Env: []string{"TEMPORAL_ADDRESS=" + srv.Address, "T1FLOW_STORE=" + filepath.Join(home, "store")},
+	})
+
+	name := fmt.Sprintf("x%d", time.Now().UnixNano()%1e9)
+	cfg := smallCampaign(t, name)
+	cfg.Eval.Base, cfg.Eval.AtEnd = false, true
+	cfg.SFT.Minibatches, cfg.CriticWarmup.FitEpochs = 1, 1
+	wid := ids.CampaignWorkflowID(name)
+	startCampaign(t, c, cfg)
+	faults := chaosFaults(t, c, wid, name, host, filepath.Join(home, "gpu"))
+	for _, f := range faults {
+		waitFor(t, c, wid, f.stage, 6*time.Minute, f.at)
+		off := time.Duration(rng.Int63n(int64(f.jitter) + 1))
+		time.Sleep(off)
+		t.Logf("%5.1fs: %s (+%s): %s", time.Since(began).Seconds(), f.stage, off.Round(time.Millisecond), map[bool]string{true: "restart the dev server", false: "kill -9 the worker's process groups"}[f.server])
+		if f.server {
+			srv.Stop()
+			time.Sleep(2 * time.Second)
+			if err := srv.Start(); err != nil {
+				t.Fatalf("restart the dev server: %v", err)
+			}
+			continue
+		}
+		w.KillGroup9(t)
+		time.Sleep(500 * time.Millisecond)
+		w.Start(t)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	var res workflows.CampaignResult
+	if err := c.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
+		t.Fatalf("campaign: %v", err)
+	}
+	t.Logf("campaign done after %.0fs; the inference watchdog found %d hangs", time.Since(began).Seconds(),
+		strings.Count(readFile(filepath.Join(home, "logs", "inference.log")), " hung: "))
+	checkChaosOutcome(t, c, cfg, res.State, readFile(filepath.Join(home, "gpu", "trainer", "ops.log")))
+	if left := testenv.Containers(t, sandbox.LabelHost, host); len(left) != 0 {
+		t.Errorf("sandboxes left: %v", left)
+	}
+}
+
+// chaosPools: both example tasks train, one of them evaluates.
+func chaosPools(t *testing.T, st store.Store) {
+	t.Helper()
+	ctx := context.Background()
+	var refs []task.Ref
+	for _, d := range []string{"../examples/tasks/log-level-counter", "../examples/tasks/sort-photos-by-date"} {
+		ts, err := task.LoadAll(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tk := range ts {
+			ref, err := task.Bundle(ctx, st, tk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			refs = append(refs, ref)
+		}
+	}
+	if _, _, err := task.ImportRefs(ctx, st, "train", refs); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := task.ImportRefs(ctx, st, "evalset", refs[:1]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// chaosFaults are the crashes, one or more in each stage of the campaign,
+// each found from the campaign's status query or the trainer's ops.log.
+func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) []chaosFault {
+	opsLog := filepath.Join(gpuDir, "trainer", "ops.log")
+	status := func() workflows.CampaignStatus {
+		var s workflows.CampaignStatus
+		if v, err := c.QueryWorkflow(context.Background(), wid, "", workflows.QueryStatus); err == nil {
+			v.Get(&s)
+		}
+		return s
+	}
+	sandboxes := func() bool { return len(testenv.Containers(t, sandbox.LabelHost, host)) > 0 }
+	// op running: a key of the campaign ending in keyEnd begun in ops.log, not committed.
+	running := func(op, keyEnd string) func() bool {
+		begin := regexp.MustCompile(fmt.Sprintf(`begin %s %s/\S*%s\n`, op, name, regexp.QuoteMeta(keyEnd)))
+		commit := regexp.MustCompile(fmt.Sprintf(`commit %s %s/\S*%s `, op, name, regexp.QuoteMeta(keyEnd)))
+		return func() bool { l := readFile(opsLog); return begin.MatchString(l) && !commit.MatchString(l) }
+	}
+	committed := func(op, keyEnd string) func() bool {
+		commit := regexp.MustCompile(fmt.Sprintf(`commit %s %s/\S*%s `, op, name, regexp.QuoteMeta(keyEnd)))
+		return func() bool { return commit.MatchString(readFile(opsLog)) }
+	}
+	// The trainer saved the checkpoint; inference does not serve it yet.
+	saved := func(label string) func() bool {
+		return func() bool {
+			m, _ := filepath.Glob(filepath.Join(gpuDir, "checkpoints", "*"+label+"*", "manifest.json"))
+			return len(m) > 0 && !strings.Contains(readFile(filepath.Join(gpuDir, "inference.served.json")), label)
+		}
+	}
+	inFlight := func(what string, rollouts bool) func() bool {
+		return func() bool { return status().InFlight == what && (!rollouts || sandboxes()) }
+	}
+	ppoRollouts := func(step int) func() bool {
+		upd := running("ppo_step", fmt.Sprintf("/ppo/%d", step))
+		return func() bool { return inFlight(fmt.Sprintf("ppo step %d", step), true)() && !upd() }
+	}
+	ms := time.Millisecond
+	sftEpochSaved := func() bool {
+		return running("sft", "/sft/0")() && strings.Contains(readFile(opsLog), "/sft/0 epoch 1/2 saved")
+	}
+	return []chaosFault{
+		// After SFT saved its first epoch: the retry resumes from it.
+		{stage: "SFT update, epoch 2", at: sftEpochSaved, jitter: 200 * ms},
+		{stage: "warm-up rollouts", at: inFlight("critic warm-up", true), jitter: 3000 * ms},
+		{stage: "PPO step 1 rollouts", at: ppoRollouts(1), jitter: 3000 * ms},
+		// Committed, its reply not yet sent (--slow-ms delays it): the retry replays the step.
+		{stage: "PPO step 1 update", at: committed("ppo_step", "/ppo/1"), jitter: 50 * ms},
+		{stage: "PPO step 1 checkpoint load into inference", at: saved("step-0001"), jitter: 300 * ms},
+		{stage: "PPO step 2 rollouts", at: ppoRollouts(2), jitter: 3000 * ms, server: true},
+		{stage: "final eval rollouts", at: inFlight("eval final", true), jitter: 2000 * ms},
+	}
+}
+
+// checkChaosOutcome: the campaign completed, every trainer key committed
+// once, every rollout the config asked for run once and counted once.
+func checkChaosOutcome(t *testing.T, c client.Client, cfg campaign.Config, s workflows.CampaignState, opsLog string) {
+	t.Helper()
+	if s.Phase != workflows.PhaseDone || s.Step != cfg.PPO.Steps || len(s.Steps) != cfg.PPO.Steps {
+		t.Fatalf("campaign ended in phase %s at step %d with %d step records", s.Phase, s.Step, len(s.Steps))
+	}
+	commits := map[string]int{}
+	for _, m := range regexp.MustCompile(`(?m) commit (\S+) (\S+) version=`).FindAllStringSubmatch(opsLog, -1) {
+		if strings.HasPrefix(m[2], cfg.Name+"/") {
+			commits[m[1]+" "+m[2]]++
+		}
+	}
+	for k, n := range commits {
+		if n != 1 {
+			t.Errorf("%s committed %d times", k, n)
+		}
+	}
+	want := []string{"sft " + cfg.Name + "/" + s.Epoch + "/sft/0"}
+	for step := 1; step <= cfg.PPO.Steps; step++ {
+		want = append(want, fmt.Sprintf("ppo_step %s/%s/ppo/%d", cfg.Name, s.Epoch, step))
+	}
+	for _, k := range want {
+		if commits[k] != 1 {
+			t.Errorf("%s committed %d times", k, commits[k])
+		}
+	}
+	// SFT was killed after saving its first epoch: begun again, it went on from there.
+	sftKey := cfg.Name + "/" + s.Epoch + "/sft/0"
+	if strings.Count(opsLog, "begin sft "+sftKey+"\n") > 1 && !strings.Contains(opsLog, "resume sft "+sftKey+" after epoch 1/2") {
+		t.Errorf("SFT begun again after its first epoch was saved did not resume from it")
+	}
+	t.Logf("trainer keys committed: %d; retries answered from their record: %d", len(commits), strings.Count(opsLog, " replay "))
+	if t.Failed() {
+		t.Logf("ops.log:\n%s", opsLog)
+	}
+	if s.Aborted+s.Failed+s.Stale != 0 {
+		t.Errorf("campaign counted aborted %d, failed %d, stale %d", s.Aborted, s.Failed, s.Stale)
+	}
+	for _, r := range s.Steps {
+		if r.Rollouts != cfg.PPO.TasksPerStep || r.Trained != r.Rollouts || r.Aborted+r.Failed+r.Stale != 0 {
+			t.Errorf("step %d: %d rollouts, %d trained, aborted %d, failed %d, stale %d", r.Step, r.Rollouts, r.Trained, r.Aborted, r.Failed, r.Stale)
+		}
+		if n, distinct := rolloutExecutions(t, c, fmt.Sprintf("CampaignID = '%s' AND Stage = 'ppo' AND Step = %d", cfg.Name, r.Step)); n != cfg.PPO.TasksPerStep || distinct != n {
+			t.Errorf("step %d: %d rollout executions of %d rollout IDs for %d tasks", r.Step, n, distinct, cfg.PPO.TasksPerStep)
+		}
+	}
+	// Warm-up: every rollout ID run as one execution.
+	if n, distinct := rolloutExecutions(t, c, fmt.Sprintf("CampaignID = '%s' AND Stage = 'warmup'", cfg.Name)); n == 0 || n != distinct {
+		t.Errorf("warm-up: %d rollout executions of %d rollout IDs", n, distinct)
+	}
+	var labels []string
+	for _, e := range s.Evals {
+		labels = append(labels, e.Label)
+		sweep := ids.CampaignEvalSweepID(cfg.Name, e.Label)
+		if e.Summary.Rollouts != 1 {
+			t.Errorf("eval %s: %d rollouts of 1 task", e.Label, e.Summary.Rollouts)
+		}
+		if n, distinct := rolloutExecutions(t, c, fmt.Sprintf("CampaignID = '%s'", sweep)); n != 1 || distinct != 1 {
+			t.Errorf("eval %s: %d rollout executions of %d rollout IDs for 1 task", e.Label, n, distinct)
+		}
+	}
+	if strings.Join(labels, ",") != "sft,final" {
+		t.Errorf("evals %v, want sft,final", labels)
+	}
+}
+
+// rolloutExecutions counts the rollout executions a query finds and their
+// distinct workflow IDs, and logs the sandboxes their crashes cost.
+func rolloutExecutions(t *testing.T, c client.Client, query string) (n, distinct int) {
+	t.Helper()
+	seen := map[string]bool{}
+	extra, lost := 0, 0
+	defer func() { t.Logf("%s: %d rollouts, %d extra sandboxes, %d lost turns", query, n, extra, lost) }()
+	var token []byte
+	for {
+		resp, err := c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowType = 'RolloutWorkflow' AND " + query, NextPageToken: token})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range resp.Executions {
+			n++
+			seen[e.Execution.WorkflowId] = true
+			var r workflows.RolloutResult
+			if err := c.GetWorkflow(context.Background(), e.Execution.WorkflowId, e.Execution.RunId).Get(context.Background(), &r); err == nil {
+				extra, lost = extra+max(r.SandboxAttempts-1, 0), lost+r.LostTurns
+			}
+		}
+		if token = resp.NextPageToken; len(token) == 0 {
+			return n, len(seen)
+		}
+	}
+}
