@@ -21,6 +21,7 @@ import os
 import random
 import sys
 import threading
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REFERENCE = os.path.join(os.path.dirname(HERE), "reference")
@@ -113,6 +114,7 @@ class Engine:
                 with safe_open(fn, "pt") as f:
                     for k in f.keys():
                         own[k].copy_(f.get_tensor(k).to(own[k].dtype))
+                        self.stepped = time.monotonic()   # a long load is progress, not a hang
         return True
 
     # --state: the checkpoint served, so a restart serves it again (as the reference).
@@ -205,6 +207,7 @@ class Engine:
             out_ids, logprobs, finish = [], [], finish_length(max_new)
             pos = len(ids)
             for _ in range(max_new):
+                self.stepped = time.monotonic()
                 last = logits.cpu()
                 if not torch.isfinite(last).all():
                     finish = finish_abort(f"non-finite logits at position {pos}")
@@ -323,6 +326,8 @@ class Engine:
         return {"success": True, "message": f"loaded {path}", "weight_version": self.weight_version}
 
     def health_generate(self, _):
+        if _ref.generating(self):
+            return {"ok": True, "busy": True}
         self.generate({"input_ids": [min(self.stop_ids)], "sampling_params": {"max_new_tokens": 1}})
         return {"ok": True}
 

@@ -232,6 +232,7 @@ class Engine:
             out_ids, logprobs, finish = [], [], finish_length(max_new)
             pos = len(ids)
             for _ in range(max_new):
+                self.stepped = time.monotonic()
                 last = logits[0, -1].float()
                 if not torch.isfinite(last).all():
                     finish = finish_abort(f"non-finite logits at position {pos}")
@@ -355,8 +356,22 @@ class Engine:
         return {"success": True, "message": f"loaded {path}", "weight_version": self.weight_version}
 
     def health_generate(self, _):
+        if generating(self):
+            return {"ok": True, "busy": True}
         self.generate({"input_ids": [self.tok.bos], "sampling_params": {"max_new_tokens": 1}})
         return {"ok": True}
+
+
+# A generation that stepped this recently counts as progress: the watchdog's
+# probe is answered at once instead of queueing behind busy generations for
+# the engine lock (a loaded but healthy server is not hung).
+STEP_FRESH_S = 5.0
+
+
+def generating(engine):
+    """True while a generation holds the engine lock and has decoded a token
+    within STEP_FRESH_S: a wedged engine stops stepping, so it is probed."""
+    return engine.lock.locked() and time.monotonic() - getattr(engine, "stepped", float("-inf")) < STEP_FRESH_S
 
 
 def main():

@@ -145,3 +145,29 @@ def test_model_info_chat_template_is_the_reference_chat_format():
     assert eng.tokenize({"text": c["end_of_turn"]})["tokens"] == [c["end_of_turn_id"]]
     first = c["system_prefix"] + "S" + c["end_of_turn"] + c["turn_separator"] + c["user_prefix"]
     assert eng.tokenize({"text": first})["tokens"] == [259, 261, ord("S"), 260, 259, 262]
+
+
+def test_watchdog_probe_passes_a_busy_engine_but_not_a_wedged_one():
+    """/health_generate answers at once while a generation holds the engine
+    lock and is still decoding (a loaded server is not hung), but queues for
+    the lock, and so times out at the watchdog, once decoding has stopped."""
+    import threading
+    import time
+
+    import server
+    eng = make_engine(seed=0)
+    def probe():
+        answers, done = [], threading.Event()
+        threading.Thread(target=lambda: (answers.append(eng.health_generate(None)), done.set()), daemon=True).start()
+        return answers, done
+
+    with eng.lock:
+        eng.stepped = time.monotonic()
+        answers, done = probe()
+        assert done.wait(5) and answers == [{"ok": True, "busy": True}], "a decoding engine answers at once"
+        eng.stepped = time.monotonic() - server.STEP_FRESH_S - 1
+        answers, done = probe()
+        assert not done.wait(0.5), "a probe of an engine that stopped decoding must wait for it"
+    assert done.wait(30), "the probe runs once the engine is free"
+    eng.generate({"input_ids": [257] + list(b"hi"), "sampling_params": {"max_new_tokens": 2, "stop_token_ids": []}})
+    assert time.monotonic() - eng.stepped < server.STEP_FRESH_S, "each decoding step is recorded"
