@@ -43,7 +43,37 @@ var hostNonRetryable = []string{errs.SandboxGone, errs.TaskInvalid, errs.BadInpu
 // held-out verifier scores it. Infrastructure failures retry with a fresh
 // sandbox; a broken task stops at once; an unsolved task is a normal outcome.
 func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutResult, error) {
-	return execute(ctx, &rollout{in: in})
+	res, err := execute(ctx, &rollout{in: in})
+	if in.ReportToParent {
+		reportToParent(ctx, in, res, err)
+	}
+	return res, err
+}
+
+// SignalRolloutDone carries a rollout's result to the parent that asked for
+// it (RolloutInput.ReportToParent): a parent that continued as new learns of
+// its rollouts only this way.
+const SignalRolloutDone = "rollout_done"
+
+// reportToParent signals the result, or the failure as a result, to the
+// parent's workflow ID (its latest run). A parent gone is only logged: the
+// rollout's own outcome stands.
+func reportToParent(ctx workflow.Context, in RolloutInput, res RolloutResult, err error) {
+	parent := workflow.GetInfo(ctx).ParentWorkflowExecution
+	if parent == nil {
+		return
+	}
+	if err != nil {
+		res = failedOutcome(in, err)
+	}
+	if ctx.Err() != nil {
+		// Cancelled: still reported, so a parent that did not cancel it
+		// (an operator did) does not wait for it forever.
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+	}
+	if serr := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalRolloutDone, res).Get(ctx, nil); serr != nil {
+		workflow.GetLogger(ctx).Warn("rollout result not reported to its parent", "parent", parent.ID, "error", serr)
+	}
 }
 
 func (r *rollout) setup(ctx workflow.Context) error {
