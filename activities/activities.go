@@ -37,6 +37,8 @@ type Activities struct {
 	// past it waits up to AdmissionWait, then fails HostFull (admission.go).
 	MaxSandboxes  int
 	AdmissionWait time.Duration
+	// Sleep > 0 is the sleep backend (sleep.go): load tests only.
+	Sleep time.Duration
 
 	admission admission
 	// countSandboxes, in tests only, replaces Docker's count of live sandboxes.
@@ -68,6 +70,9 @@ func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, e
 // runs on the shared sandbox queue; its result names the host queue that every
 // later activity of this sandbox must use.
 func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (CreateSandboxResult, error) {
+	if a.Sleep > 0 {
+		return a.sleepCreate(ctx, in)
+	}
 	// The base image build can run for minutes without output: heartbeat
 	// on a timer so a dead worker is still noticed quickly.
 	defer heartbeat.Every(ctx, 5*time.Second, nil)()
@@ -118,6 +123,9 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 
 // AgentTurn runs one turn of the agent in the sandbox.
 func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	if a.Sleep > 0 {
+		return a.sleepTurn(ctx, in)
+	}
 	res := TurnResult{Turn: in.Turn}
 	if stop, err := a.storageStop(ctx, in.Sandbox.ContainerID, &res); stop || err != nil {
 		return res, err
@@ -261,6 +269,9 @@ func sandboxErr(err error, format string, args ...any) error {
 
 // DestroySandbox removes the container; one already gone is success.
 func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error {
+	if a.Sleep > 0 {
+		return nil
+	}
 	if err := a.Docker.Remove(ctx, in.Sandbox.ContainerID); err != nil {
 		return err
 	}
@@ -274,6 +285,9 @@ func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error 
 // Reap removes this host's t1flow containers whose rollout workflow has
 // closed (or never existed), and any older than the TTL.
 func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error) {
+	if a.Sleep > 0 {
+		return ReapResult{}, nil // the sleep backend makes no containers
+	}
 	list, err := a.Docker.List(ctx, a.Host)
 	if err != nil {
 		return ReapResult{}, errs.Infraf("docker ps: %v", err)
