@@ -6,7 +6,7 @@ WORKFLOWCHECK_VERSION ?= v0.6.0
 VERSITYGW_VERSION ?= v1.8.0
 PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 
-.PHONY: all build deps docker temporal base-image python s3server dev stop worker demo test unit bench bench-audit bench-verify lint
+.PHONY: all build deps docker temporal base-image python s3server dev stop worker demo test unit bench bench-audit bench-verify bench-scale lint
 
 all: build
 
@@ -62,6 +62,12 @@ unit:
 
 bench: deps
 	go run ./bench -out docs/bench.md
+
+# An eval sweep of SCALE_N rollouts over the sleep sandbox backend:
+# orchestration throughput, history per run, worker memory (docs/bench.md's "Scale").
+SCALE_N ?= 100000
+bench-scale:
+	T1FLOW_LOAD_TEST=1 go run ./bench -only scale -scale-n $(SCALE_N) -out docs/bench.md
 
 bench-audit: deps
 	go run ./bench -audit-only -out docs/bench.md
