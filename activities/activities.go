@@ -37,8 +37,10 @@ type Activities struct {
 	// past it waits up to AdmissionWait, then fails HostFull (admission.go).
 	MaxSandboxes  int
 	AdmissionWait time.Duration
-	// Sleep > 0 is the sleep backend (sleep.go): load tests only.
-	Sleep time.Duration
+	// Sleep > 0 is the sleep backend (sleep.go): load tests only. Its agent
+	// turns are synthetic for SleepTurns turns (0: the first ends the episode).
+	Sleep      time.Duration
+	SleepTurns int
 
 	admission admission
 	// countSandboxes, in tests only, replaces Docker's count of live sandboxes.
@@ -121,8 +123,18 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 	}, nil
 }
 
-// AgentTurn runs one turn of the agent in the sandbox.
+// AgentTurn runs one turn of the agent in the sandbox. With in.StoreTurn
+// the whole result goes to the store and the workflow gets a slim one
+// (storeTurn).
 func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	res, err := a.anyTurn(ctx, in)
+	if err != nil || !in.StoreTurn || res.Done {
+		return res, err
+	}
+	return a.storeTurn(ctx, in, res)
+}
+
+func (a *Activities) anyTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
 	if a.Sleep > 0 {
 		return a.sleepTurn(ctx, in)
 	}

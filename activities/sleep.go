@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/t1flow/t1flow/internal/ids"
@@ -61,7 +62,12 @@ func (a *Activities) sleepTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	if err := a.sleep(ctx); err != nil {
 		return TurnResult{}, err
 	}
-	return TurnResult{Turn: in.Turn, Done: true}, nil
+	if in.Turn >= a.SleepTurns {
+		return TurnResult{Turn: in.Turn, Done: true}, nil
+	}
+	// A synthetic turn the size of a real one: a full preview.
+	return TurnResult{Turn: in.Turn, Command: fmt.Sprintf("synthetic turn %d", in.Turn), DurationMs: a.Sleep.Milliseconds(),
+		Preview: strings.Repeat("x", PreviewBytes), OutputBytes: PreviewBytes}, nil
 }
 
 func (a *Activities) sleepVerify(ctx context.Context) (VerifyResult, error) {

@@ -25,6 +25,9 @@ type RolloutStatus struct {
 }
 
 type rollout struct {
+	// slim: turns come back slim with a claim check, and the record is
+	// assembled from the stored turns (GetVersion rollout-record-claim-check).
+	slim   bool
 	in     RolloutInput
 	id     string
 	wid    string
@@ -96,6 +99,7 @@ func (r *rollout) setup(ctx workflow.Context) error {
 }
 
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+	r.slim = workflow.GetVersion(ctx, "rollout-record-claim-check", workflow.DefaultVersion, 1) == 1
 	res := &r.rec.Result
 	for n := 1; n <= r.in.MaxSandboxAttempts; n++ {
 		res.SandboxAttempts = n
@@ -122,8 +126,15 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — %d/%d assertions, reward %.3f, %d turns", res.Outcome, res.Passed, res.Total, res.Reward, res.Turns))
 
 	var ref store.Ref
-	err := storeJSON(ctx, "store rollout record", "rollouts/"+ids.Clean(r.id)+"/record.json", r.rec).Get(ctx, &ref)
-	if err != nil {
+	key := "rollouts/" + ids.Clean(r.id) + "/record.json"
+	f := storeJSON(ctx, "store rollout record", key, r.rec)
+	if r.slim {
+		rec := r.rec
+		rec.Turns = nil
+		f = workflow.ExecuteActivity(sweepActivityCtx(ctx, "assemble rollout record"), ActivityBuildRolloutRecord, RolloutRecordInput{
+			Key: key, Record: rec, RolloutID: r.id, Sandbox: r.status.Container, Turns: len(r.rec.Turns)})
+	}
+	if err := f.Get(ctx, &ref); err != nil {
 		return *res, err
 	}
 	res.Record = &ref
@@ -294,7 +305,7 @@ func (r *rollout) turn(ctx workflow.Context, sb activities.Sandbox, turn int, li
 	})
 	var tr activities.TurnResult
 	err := workflow.ExecuteActivity(tctx, act.AgentTurn, activities.TurnInput{
-		Sandbox: sb, Task: r.in.Task, Agent: r.in.Agent, RolloutID: r.id, Turn: turn, TimeoutSec: limit.Seconds(),
+		Sandbox: sb, Task: r.in.Task, Agent: r.in.Agent, RolloutID: r.id, Turn: turn, TimeoutSec: limit.Seconds(), StoreTurn: r.slim,
 	}).Get(ctx, &tr)
 	return tr, err
 }

@@ -59,4 +59,7 @@ func registerSweepFakes(env *testsuite.TestWorkflowEnvironment) {
 		}
 		return EvalSweepResult{SweepID: in.SweepID, Summary: Summarize(rs), Report: store.Ref{URI: "file:///store/" + EvalReportKey(in.SweepID)}}, nil
 	}, activity.RegisterOptions{Name: ActivityBuildEvalReport})
+	env.RegisterActivityWithOptions(func(ctx context.Context, in RolloutRecordInput) (store.Ref, error) {
+		return storeOK(ctx, activities.StoreJSONInput{Key: in.Key, Value: in.Record}) // turns are not faked
+	}, activity.RegisterOptions{Name: ActivityBuildRolloutRecord})
 }

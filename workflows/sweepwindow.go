@@ -28,9 +28,22 @@ import (
 // Activities of the sweep package (workflows/sweepstore), called by name:
 // they need this package's types, and this package cannot import them.
 const (
-	ActivitySweepTaskPage   = "SweepTaskPage"
-	ActivityBuildEvalReport = "BuildEvalReport"
+	ActivitySweepTaskPage      = "SweepTaskPage"
+	ActivityBuildEvalReport    = "BuildEvalReport"
+	ActivityBuildRolloutRecord = "BuildRolloutRecord"
 )
+
+// RolloutRecordInput is a record without its turns: BuildRolloutRecord
+// reads turns 0..Turns-1 of the sandbox from the store
+// (activities.TurnKey) and stores the whole record at Key, so readers of
+// the record see what they always saw.
+type RolloutRecordInput struct {
+	Key       string        `json:"key"`
+	Record    RolloutRecord `json:"record"`
+	RolloutID string        `json:"rollout_id"`
+	Sandbox   string        `json:"sandbox"`
+	Turns     int           `json:"turns"`
+}
 
 // sweepTaskPageSize is how many tasks one SweepTaskPage call returns (about
 // 300 bytes each in history).

@@ -1,6 +1,7 @@
-// Package sweepstore holds the activities of eval sweeps that read and
-// write the artifact store: a page of a task manifest, and the report built
-// from a sweep's result chunks. They live apart from package workflows
+// Package sweepstore holds the activities that read and write the artifact
+// store in terms of package workflows' types: a page of an eval sweep's task
+// manifest, the report built from a sweep's result chunks, and a rollout
+// record assembled from its stored turns. They live apart from package workflows
 // (deterministic code, no I/O) and are called there by name.
 package sweepstore
 
@@ -14,6 +15,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -170,4 +172,28 @@ const ResultsInconsistent = "ResultsInconsistent"
 
 func inconsistent(format string, args ...any) error {
 	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ResultsInconsistent, nil)
+}
+
+// BuildRolloutRecord reads the record's turns from the store and stores the
+// whole record at in.Key.
+func (a *Activities) BuildRolloutRecord(ctx context.Context, in workflows.RolloutRecordInput) (store.Ref, error) {
+	rec := in.Record
+	rec.Turns = make([]activities.TurnResult, 0, in.Turns)
+	for turn := 0; turn < in.Turns; turn++ {
+		key := activities.TurnKey(in.RolloutID, in.Sandbox, turn)
+		ref, err := a.Store.Lookup(ctx, key)
+		if err != nil {
+			return store.Ref{}, errs.Infraf("rollout record %s: turn %d (%s): %v", in.Key, turn, key, err)
+		}
+		var whole activities.TurnResult
+		if err := store.GetJSON(ctx, a.Store, ref, &whole); err != nil {
+			return store.Ref{}, errs.Infraf("rollout record %s: turn %d: %v", in.Key, turn, err)
+		}
+		rec.Turns = append(rec.Turns, whole)
+	}
+	ref, err := store.PutJSON(ctx, a.Store, in.Key, rec)
+	if err != nil {
+		return ref, errs.Infraf("store %s: %v", in.Key, err)
+	}
+	return ref, nil
 }
