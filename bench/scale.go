@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/log"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/ids"
@@ -58,7 +60,14 @@ func runScaleOnly(out string, o scaleOpts) error {
 		return err
 	}
 	defer dev.Stop()
-	c := dev.Client()
+	// The SDK's default logger writes every command at DEBUG: at thousands
+	// of rollouts that is most of the worker's CPU.
+	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	c, err := client.Dial(client.Options{HostPort: dev.FrontendHostPort(), Logger: log.NewStructuredLogger(quiet)})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
 	acts := &activities.Activities{Store: st, Temporal: c, Host: fmt.Sprintf("scale-%d", os.Getpid()), Sleep: o.sleep}
 	ws := roles.New(c, roles.Control+","+roles.Sandbox, acts)
 	if err := roles.Start(ws); err != nil {
