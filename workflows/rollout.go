@@ -127,8 +127,10 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 
 	var ref store.Ref
 	key := "rollouts/" + ids.Clean(r.id) + "/record.json"
-	f := storeJSON(ctx, "store rollout record", key, r.rec)
-	if r.slim {
+	var f workflow.Future
+	if !r.slim {
+		f = storeJSON(ctx, "store rollout record", key, r.rec)
+	} else {
 		rec := r.rec
 		rec.Turns = nil
 		f = workflow.ExecuteActivity(sweepActivityCtx(ctx, "assemble rollout record"), ActivityBuildRolloutRecord, RolloutRecordInput{

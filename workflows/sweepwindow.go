@@ -98,6 +98,9 @@ type sweepWindow struct {
 	// cancels them, the others are cancelled by ID.
 	started     []startedRollout
 	startedHere map[string]bool
+	// stopReceiving ends receiveResults' goroutine once it has counted the
+	// report it holds.
+	stopReceiving func(ctx workflow.Context)
 }
 
 func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
@@ -228,16 +231,27 @@ func (s *evalSweep) watch(ctx workflow.Context, f workflow.ChildWorkflowFuture, 
 	}
 }
 
-// receiveResults takes the rollouts' reports as they come.
+// receiveResults takes the rollouts' reports as they come, until
+// stopReceiving.
 func (s *evalSweep) receiveResults(ctx workflow.Context) {
 	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			var r RolloutResult
-			if !ch.Receive(ctx, &r) {
-				return
-			}
-			s.received(ctx, r)
+	pctx, cancel := workflow.WithCancel(ctx)
+	stopped, settle := workflow.NewFuture(ctx)
+	s.stopReceiving = func(ctx workflow.Context) {
+		cancel()
+		_ = stopped.Get(ctx, nil)
+	}
+	workflow.Go(pctx, func(ctx workflow.Context) {
+		defer settle.Set(nil, nil)
+		for ctx.Err() == nil {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+				var r RolloutResult
+				c.Receive(ctx, &r)
+				s.received(ctx, r)
+			})
+			sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
+			sel.Select(ctx)
 		}
 	})
 }
@@ -288,6 +302,9 @@ func (s *evalSweep) continueAsNew(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return s.cancelled(ctx, err)
 	}
+	// A report the receiver has taken from the channel is not in the
+	// channel any more: let it finish before draining, or it is lost.
+	s.stopReceiving(ctx)
 	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
 	for {
 		var r RolloutResult
