@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv s3server dev stop worker demo test unit bench bench-audit bench-verify bench-hf lint
+.PHONY: all build deps docker temporal base-image python hfenv s3server dev stop worker demo test unit bench bench-audit bench-verify bench-hf bench-scale lint
 
 all: build
 
@@ -69,6 +69,12 @@ unit:
 
 bench: deps
 	go run ./bench -out docs/bench.md
+
+# An eval sweep of SCALE_N rollouts over the sleep sandbox backend:
+# orchestration throughput, history per run, worker memory (docs/bench.md's "Scale").
+SCALE_N ?= 100000
+bench-scale:
+	T1FLOW_LOAD_TEST=1 go run ./bench -only scale -scale-n $(SCALE_N) -out docs/bench.md
 
 bench-audit: deps
 	go run ./bench -audit-only -out docs/bench.md

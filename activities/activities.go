@@ -37,6 +37,10 @@ type Activities struct {
 	// past it waits up to AdmissionWait, then fails HostFull (admission.go).
 	MaxSandboxes  int
 	AdmissionWait time.Duration
+	// Sleep > 0 is the sleep backend (sleep.go): load tests only. Its agent
+	// turns are synthetic for SleepTurns turns (0: the first ends the episode).
+	Sleep      time.Duration
+	SleepTurns int
 
 	admission admission
 	// countSandboxes, in tests only, replaces Docker's count of live sandboxes.
@@ -68,6 +72,9 @@ func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, e
 // runs on the shared sandbox queue; its result names the host queue that every
 // later activity of this sandbox must use.
 func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (CreateSandboxResult, error) {
+	if a.Sleep > 0 {
+		return a.sleepCreate(ctx, in)
+	}
 	// The base image build can run for minutes without output: heartbeat
 	// on a timer so a dead worker is still noticed quickly.
 	defer heartbeat.Every(ctx, 5*time.Second, nil)()
@@ -116,8 +123,21 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 	}, nil
 }
 
-// AgentTurn runs one turn of the agent in the sandbox.
+// AgentTurn runs one turn of the agent in the sandbox. With in.StoreTurn
+// the whole result goes to the store and the workflow gets a slim one
+// (storeTurn).
 func (a *Activities) AgentTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	res, err := a.anyTurn(ctx, in)
+	if err != nil || !in.StoreTurn || res.Done {
+		return res, err
+	}
+	return a.storeTurn(ctx, in, res)
+}
+
+func (a *Activities) anyTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	if a.Sleep > 0 {
+		return a.sleepTurn(ctx, in)
+	}
 	res := TurnResult{Turn: in.Turn}
 	if stop, err := a.storageStop(ctx, in.Sandbox.ContainerID, &res); stop || err != nil {
 		return res, err
@@ -261,6 +281,9 @@ func sandboxErr(err error, format string, args ...any) error {
 
 // DestroySandbox removes the container; one already gone is success.
 func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error {
+	if a.Sleep > 0 {
+		return nil
+	}
 	if err := a.Docker.Remove(ctx, in.Sandbox.ContainerID); err != nil {
 		return err
 	}
@@ -276,6 +299,9 @@ func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error 
 // shared with other hosts, their sandboxes whose rollouts closed here
 // (reap_others.go).
 func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error) {
+	if a.Sleep > 0 {
+		return ReapResult{}, nil // the sleep backend makes no containers
+	}
 	list, err := a.Docker.List(ctx, a.Host)
 	if err != nil {
 		return ReapResult{}, errs.Infraf("docker ps: %v", err)

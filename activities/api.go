@@ -125,6 +125,9 @@ type TurnInput struct {
 	RolloutID  string    `json:"rollout_id"`
 	Turn       int       `json:"turn"`
 	TimeoutSec float64   `json:"timeout_sec"`
+	// StoreTurn: the whole TurnResult is stored at TurnKey and the result is
+	// slim (no preview, no output ref): a long rollout's history stays small.
+	StoreTurn bool `json:"store_turn,omitempty"`
 }
 
 // PreviewBytes caps the output a turn puts into workflow history; the capped

@@ -39,10 +39,15 @@ func main() {
 	out := flag.String("out", "docs/bench.md", "where to write the results")
 	n := flag.Int("n", 15, "lifecycle repetitions")
 	turns := flag.Int("turns", 30, "turns per rollout in the turn-loop benchmark")
-	only := flag.String("only", "", "\"verify\" or \"audit\": run only that benchmark and rewrite just its section of -out")
+	only := flag.String("only", "", "\"verify\", \"audit\" or \"scale\": run only that benchmark and rewrite just its section of -out")
 	auditOnly := flag.Bool("audit-only", false, "the same as -only audit")
 	verifyN := flag.Int("verify-n", 3, "oracle sandboxes per task and path in the verification benchmark")
 	flag.StringVar(&verifyTasks, "verify-tasks", "", "comma-separated task names: verify only these (default: every examples/tasks and examples/tb2 task)")
+	var so scaleOpts
+	flag.IntVar(&so.n, "scale-n", 100000, "-only scale: rollouts in the sweep")
+	flag.IntVar(&so.tasks, "scale-tasks", 1000, "-only scale: tasks in the manifest (rollouts = tasks × attempts)")
+	flag.IntVar(&so.concurrency, "scale-concurrency", 256, "-only scale: the sweep's window")
+	flag.DurationVar(&so.sleep, "scale-sleep", 20*time.Millisecond, "-only scale: how long each sleep-backend sandbox activity sleeps")
 	flag.Parse()
 	if *auditOnly {
 		*only = "audit"
@@ -55,8 +60,10 @@ func main() {
 		err = runVerifyOnly(*out, *verifyN)
 	case "audit":
 		err = runAuditOnly(*out)
+	case "scale":
+		err = runScaleOnly(*out, so)
 	default:
-		err = fmt.Errorf("-only %q: the benchmarks that run alone are \"verify\" and \"audit\"", *only)
+		err = fmt.Errorf("-only %q: the benchmarks that run alone are \"verify\", \"audit\" and \"scale\"", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -49,6 +49,8 @@ func run() error {
 	maxSandboxes := flag.Int("max-sandboxes", activities.DefaultMaxSandboxes(), "live sandboxes this host admits at once (0: no limit); creations past it wait, then retry elsewhere")
 	admissionWait := flag.Duration("admission-wait", activities.DefaultAdmissionWait, "how long a sandbox creation waits for room on a full host before it fails HostFull (retried, maybe on another host)")
 	flag.DurationVar(&workflows.HostWait, "host-wait", workflows.HostWait, "control: how long a rollout waits for the sandbox host that owns its container (a worker restart fits in it); past it the host is gone and the rollout starts over in a fresh sandbox on any host")
+	backend := flag.String("sandbox-backend", "docker", "docker, or sleep: sandbox activities only sleep -sleep-for and return synthetic results (load tests of orchestration only; needs "+activities.LoadTestEnv+"=1)")
+	sleepFor := flag.Duration("sleep-for", 50*time.Millisecond, "with -sandbox-backend sleep: how long each sandbox activity sleeps")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
 	flag.DurationVar(&roles.StopTimeout, "stop-timeout", roles.DefaultStopTimeout,
 		"on SIGTERM, how long running activities (trainer operations, image builds) may take to finish before they are cancelled and handed back retryable; a second signal stops at once")
@@ -74,8 +76,18 @@ func run() error {
 	acts := &activities.Activities{Store: st, Host: ids.Clean(*host),
 		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes"),
 		MaxSandboxes: *maxSandboxes, AdmissionWait: *admissionWait}
+	sleep, err := activities.CheckSleepBackend(*backend)
+	if err != nil {
+		return err
+	}
 	sandboxRole := set[roles.Sandbox]
-	if sandboxRole || *prepareOnly {
+	if sleep {
+		if *sleepFor <= 0 || *prepare || *prepareOnly {
+			return fmt.Errorf("-sandbox-backend sleep: -sleep-for %s must be > 0, and -prepare does not apply", *sleepFor)
+		}
+		fmt.Fprintf(os.Stderr, "worker: SLEEP SANDBOX BACKEND (load test): no sandbox runs, every rollout is synthetic\n")
+		acts.Sleep = *sleepFor
+	} else if sandboxRole || *prepareOnly {
 		d, err := openSandboxes(ctx, *aliases, *prepare || *prepareOnly)
 		if err != nil || *prepareOnly {
 			return err

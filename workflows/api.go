@@ -70,6 +70,10 @@ type RolloutInput struct {
 	TurnTimeoutSec     float64 `json:"turn_timeout_sec,omitempty"`
 	MaxSandboxAttempts int     `json:"max_sandbox_attempts,omitempty"`
 	HostWaitSec        float64 `json:"host_wait_sec,omitempty"`
+	// ReportToParent: the rollout signals its result to its parent's
+	// workflow ID (SignalRolloutDone), which reaches the parent's latest run
+	// after it continued as new.
+	ReportToParent bool `json:"report_to_parent,omitempty"`
 }
 
 func (in *RolloutInput) defaults() {
@@ -159,6 +163,38 @@ type EvalSweepInput struct {
 	S           int                  `json:"s,omitempty"`
 	// AgentTimeoutSec overrides each task's agent.timeout_sec when > 0.
 	AgentTimeoutSec float64 `json:"agent_timeout_sec,omitempty"`
+	// TaskManifest is the claim check of the task list: a stored task.Pool
+	// (a pool's own object will do) read a page at a time, so the input
+	// stays small whatever the sweep's size. Tasks or TaskManifest, not both.
+	TaskManifest *store.Ref `json:"task_manifest,omitempty"`
+	// ContinueEvery: the sweep continues as new after starting this many
+	// rollouts in one run (or when Temporal suggests it), rollouts in flight.
+	// 0: DefaultContinueEvery.
+	ContinueEvery int `json:"continue_every,omitempty"`
+	// Window is the state a run hands the next (continue-as-new); callers
+	// leave it nil.
+	Window *SweepWindow `json:"window,omitempty"`
+}
+
+// DefaultContinueEvery is how many rollouts an eval sweep starts in one run
+// before it continues as new: about 7 history events and 4.3 KB each in the
+// sweep's history (~3,700 events, ~2.2 MB a run), far below Temporal's limits.
+const DefaultContinueEvery = 500
+
+// SweepWindow is an eval sweep's window carried across continue-as-new.
+// Results are in the store (chunks), not here, but for the few that came
+// in after the last chunk was written.
+type SweepWindow struct {
+	Tasks int `json:"tasks"` // tasks in the manifest
+	Next  int `json:"next"`  // rollouts started (job index of the next)
+	// InFlight: rollout workflow ID -> job index, the rollouts started and
+	// not reported yet.
+	InFlight map[string]int  `json:"in_flight"`
+	Done     int             `json:"done"`
+	Resolved int             `json:"resolved"`
+	Chunks   int             `json:"chunks"` // result chunks written
+	Pending  []RolloutResult `json:"pending,omitempty"`
+	Runs     int             `json:"runs"` // runs before this one
 }
 
 // Group aggregates rollouts sharing a category or difficulty.

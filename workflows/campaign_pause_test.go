@@ -14,7 +14,6 @@ import (
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/campaign"
 	"github.com/t1flow/t1flow/internal/errs"
-	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -45,6 +44,7 @@ func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (g
 	env.RegisterActivity(&gpu.Activities{})
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
+	registerSweepFakes(env)
 	var inits []gpu.InitInput
 	env.OnActivity(gact.TrainerInit, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.InitInput) (gpu.Health, error) {
 		inits = append(inits, in)
@@ -58,7 +58,7 @@ func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (g
 	})
 	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return("v0", nil)
 	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return(tasks, nil)
-	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(store.Ref{URI: "file:///r"}, nil)
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
 	env.OnWorkflow(CriticWarmupWorkflow, mock.Anything, mock.Anything).Return(WarmupResult{}, nil)
 	var cfg campaign.Config
 	cfg.Name, cfg.S, cfg.Policy.Init, cfg.Policy.Seed, cfg.Policy.Inference = "c", 20, "random", 5, []string{"http://replica"}

@@ -11,7 +11,6 @@ import (
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/campaign"
-	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -32,6 +31,7 @@ func newResumeEnv(kept bool) *resumeEnv {
 	env.RegisterActivity(&gpu.Activities{})
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
+	registerSweepFakes(env)
 	env.OnActivity(gact.TrainerInit, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.InitInput) (gpu.Health, error) {
 		r.inits = append(r.inits, in)
 		return gpu.Health{OK: true, Version: 3, Kept: in.Resume && kept}, nil
@@ -44,7 +44,7 @@ func newResumeEnv(kept bool) *resumeEnv {
 		return in.Checkpoint.WeightVersion, nil
 	})
 	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return([]task.Ref{testTask}, nil)
-	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(store.Ref{URI: "file:///r"}, nil)
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
 	env.OnWorkflow(PPOStepWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in PPOStepInput) (StepRecord, error) {
 		r.steps = append(r.steps, in)
 		return StepRecord{Step: in.Step, Trained: 1, Rollouts: 1, PolicyVersion: in.Version}, nil

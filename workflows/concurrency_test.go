@@ -12,6 +12,7 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
@@ -36,9 +37,14 @@ type window struct {
 func watchRollouts(env *testsuite.TestWorkflowEnvironment, start time.Time) *window {
 	w := &window{}
 	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
-	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).After(time.Minute).Return(func(_ workflow.Context, rin RolloutInput) (RolloutResult, error) {
-		return RolloutResult{TaskID: rin.Task.ID, Name: rin.Task.Name, Attempt: rin.Attempt, Outcome: OutcomeResolved, Scored: true, Resolved: true, Reward: 1,
-			Trajectory: &traj, PolicyVersions: []string{"v0"}}, nil
+	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).After(time.Minute).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
+		rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
+		res := RolloutResult{RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: rin.Task.ID, Name: rin.Task.Name, Attempt: rin.Attempt,
+			Outcome: OutcomeResolved, Scored: true, Resolved: true, Reward: 1, Trajectory: &traj, PolicyVersions: []string{"v0"}}
+		if rin.ReportToParent {
+			reportToParent(ctx, rin, res, nil)
+		}
+		return res, nil
 	})
 	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
 		if info.WorkflowType.Name == "RolloutWorkflow" {
@@ -79,7 +85,8 @@ func TestSetConcurrencyReachesARunningEvalSweep(t *testing.T) {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
-	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(store.Ref{URI: "file:///r"}, nil)
+	registerSweepFakes(env)
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
 	w := watchRollouts(env, env.Now())
 	update := func(after time.Duration, n int, rejected bool) {
 		env.RegisterDelayedCallback(func() {

@@ -17,6 +17,7 @@ type evalSweep struct {
 	progress Progress
 	results  []RolloutResult
 	width    *concurrency
+	sweepWindow
 }
 
 // EvalSweepWorkflow runs tasks × attempts as child RolloutWorkflows in a
@@ -26,6 +27,10 @@ func EvalSweepWorkflow(ctx workflow.Context, in EvalSweepInput) (EvalSweepResult
 }
 
 func (s *evalSweep) setup(ctx workflow.Context) error {
+	if s.in.Concurrency < 0 || s.in.Attempts < 0 {
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("eval sweep: concurrency %d, attempts %d: neither may be negative (0: the default)",
+			s.in.Concurrency, s.in.Attempts), errs.BadInput, nil)
+	}
 	if s.in.Attempts <= 0 {
 		s.in.Attempts = 1
 	}
@@ -41,13 +46,13 @@ func (s *evalSweep) setup(ctx workflow.Context) error {
 	if s.in.SweepID == "" {
 		s.in.SweepID = workflow.GetInfo(ctx).WorkflowExecution.ID
 	}
-	if len(s.in.Tasks) == 0 {
-		return temporal.NewNonRetryableApplicationError("eval sweep: tasks is empty", errs.BadInput, nil)
-	}
-	if err := s.in.Agent.Validate(); err != nil {
+	if err := s.in.validate(); err != nil {
 		return temporal.NewNonRetryableApplicationError(err.Error(), errs.BadInput, nil)
 	}
 	s.progress.Total = len(s.in.Tasks) * s.in.Attempts
+	if s.in.Window != nil {
+		s.progress.Total = s.in.Window.Tasks * s.in.Attempts
+	}
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return s.status(), nil }); err != nil {
 		return err
 	}
@@ -58,13 +63,39 @@ func (s *evalSweep) setup(ctx workflow.Context) error {
 	return workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(s.in.SweepID), ids.Stage.ValueSet("eval"))
 }
 
+// validate names the field at fault.
+func (in EvalSweepInput) validate() error {
+	switch {
+	case len(in.Tasks) == 0 && in.TaskManifest == nil && in.Window == nil:
+		return fmt.Errorf("eval sweep: tasks is empty")
+	case len(in.Tasks) > 0 && in.TaskManifest != nil:
+		return fmt.Errorf("eval sweep: tasks (%d) and task_manifest %s: give one, not both", len(in.Tasks), in.TaskManifest.URI)
+	case in.TaskManifest != nil && in.TaskManifest.URI == "":
+		return fmt.Errorf("eval sweep: task_manifest.uri is empty")
+	case in.Concurrency > MaxConcurrency:
+		return fmt.Errorf("eval sweep: concurrency %d: must be between 1 and %d (0: %d)", in.Concurrency, MaxConcurrency, DefaultEvalConcurrency)
+	case in.ContinueEvery < 0:
+		return fmt.Errorf("eval sweep: continue_every %d: must be at least 1 (0: %d)", in.ContinueEvery, DefaultContinueEvery)
+	}
+	return in.Agent.Validate()
+}
+
 func (s *evalSweep) status() Progress {
 	p := s.progress
 	p.Concurrency = s.width.limit()
+	if s.w != nil {
+		p.Done, p.Resolved, p.Running = s.w.Done, s.w.Resolved, len(s.w.InFlight)
+	}
 	return p
 }
 
+// run: sweeps started since GetVersion eval-sweep-continue-as-new run their
+// rollouts in a window that continues as new (sweepwindow.go); older
+// histories replay the one-run window below.
 func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
+	if workflow.GetVersion(ctx, "eval-sweep-continue-as-new", workflow.DefaultVersion, 1) == 1 {
+		return s.runWindowed(ctx)
+	}
 	type job struct {
 		task    int
 		attempt int

@@ -69,19 +69,18 @@ func mustOpen(t *testing.T, f string) *os.File {
 // TestEveryWorkflowTypeHasARecordedHistory: a workflow type registered in All
 // without a recorded history would change unguarded. Record one (the
 // T1FLOW_RECORD_HISTORY=1 integration tests) when adding a type. Also kept:
-// a failed run (an error path) and a campaign run that continued as new and
-// one started by continue-as-new.
+// a failed run (an error path) and, of the campaign and of the eval sweep,
+// a run that continued as new and one started by continue-as-new.
 func TestEveryWorkflowTypeHasARecordedHistory(t *testing.T) {
 	shapes := recordedShapes(t)
 	has := map[string]bool{}
-	failed, continuedAsNew, continued := false, false, false
+	failed := false
+	continuedAsNew, continued := map[string]bool{}, map[string]bool{}
 	for _, s := range shapes {
 		has[s.workflowType] = true
 		failed = failed || s.last == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_FAILED.String()
-		if s.workflowType == "CampaignWorkflow" {
-			continuedAsNew = continuedAsNew || s.last == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW.String()
-			continued = continued || s.continued
-		}
+		continuedAsNew[s.workflowType] = continuedAsNew[s.workflowType] || s.last == enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW.String()
+		continued[s.workflowType] = continued[s.workflowType] || s.continued
 	}
 	for _, w := range All {
 		if !has[w.Name] {
@@ -91,7 +90,9 @@ func TestEveryWorkflowTypeHasARecordedHistory(t *testing.T) {
 	if !failed {
 		t.Error("no recorded history of a failed workflow (an error path)")
 	}
-	if !continuedAsNew || !continued {
-		t.Errorf("no recorded campaign run that continued as new (%v) or was started by it (%v)", continuedAsNew, continued)
+	for _, w := range []string{"CampaignWorkflow", "EvalSweepWorkflow"} {
+		if !continuedAsNew[w] || !continued[w] {
+			t.Errorf("no recorded %s run that continued as new (%v) or was started by it (%v)", w, continuedAsNew[w], continued[w])
+		}
 	}
 }

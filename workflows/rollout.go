@@ -25,6 +25,9 @@ type RolloutStatus struct {
 }
 
 type rollout struct {
+	// slim: turns come back slim with a claim check, and the record is
+	// assembled from the stored turns (GetVersion rollout-record-claim-check).
+	slim   bool
 	in     RolloutInput
 	id     string
 	wid    string
@@ -43,7 +46,37 @@ var hostNonRetryable = []string{errs.SandboxGone, errs.TaskInvalid, errs.BadInpu
 // held-out verifier scores it. Infrastructure failures retry with a fresh
 // sandbox; a broken task stops at once; an unsolved task is a normal outcome.
 func RolloutWorkflow(ctx workflow.Context, in RolloutInput) (RolloutResult, error) {
-	return execute(ctx, &rollout{in: in})
+	res, err := execute(ctx, &rollout{in: in})
+	if in.ReportToParent {
+		reportToParent(ctx, in, res, err)
+	}
+	return res, err
+}
+
+// SignalRolloutDone carries a rollout's result to the parent that asked for
+// it (RolloutInput.ReportToParent): a parent that continued as new learns of
+// its rollouts only this way.
+const SignalRolloutDone = "rollout_done"
+
+// reportToParent signals the result, or the failure as a result, to the
+// parent's workflow ID (its latest run). A parent gone is only logged: the
+// rollout's own outcome stands.
+func reportToParent(ctx workflow.Context, in RolloutInput, res RolloutResult, err error) {
+	parent := workflow.GetInfo(ctx).ParentWorkflowExecution
+	if parent == nil {
+		return
+	}
+	if err != nil {
+		res = failedOutcome(in, err)
+	}
+	if ctx.Err() != nil {
+		// Cancelled: still reported, so a parent that did not cancel it
+		// (an operator did) does not wait for it forever.
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+	}
+	if serr := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalRolloutDone, res).Get(ctx, nil); serr != nil {
+		workflow.GetLogger(ctx).Warn("rollout result not reported to its parent", "parent", parent.ID, "error", serr)
+	}
 }
 
 func (r *rollout) setup(ctx workflow.Context) error {
@@ -66,6 +99,7 @@ func (r *rollout) setup(ctx workflow.Context) error {
 }
 
 func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
+	r.slim = workflow.GetVersion(ctx, "rollout-record-claim-check", workflow.DefaultVersion, 1) == 1
 	res := &r.rec.Result
 	for n := 1; n <= r.in.MaxSandboxAttempts; n++ {
 		res.SandboxAttempts = n
@@ -92,8 +126,17 @@ func (r *rollout) run(ctx workflow.Context) (RolloutResult, error) {
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("**%s** — %d/%d assertions, reward %.3f, %d turns", res.Outcome, res.Passed, res.Total, res.Reward, res.Turns))
 
 	var ref store.Ref
-	err := storeJSON(ctx, "store rollout record", "rollouts/"+ids.Clean(r.id)+"/record.json", r.rec).Get(ctx, &ref)
-	if err != nil {
+	key := "rollouts/" + ids.Clean(r.id) + "/record.json"
+	var f workflow.Future
+	if !r.slim {
+		f = storeJSON(ctx, "store rollout record", key, r.rec)
+	} else {
+		rec := r.rec
+		rec.Turns = nil
+		f = workflow.ExecuteActivity(sweepActivityCtx(ctx, "assemble rollout record"), ActivityBuildRolloutRecord, RolloutRecordInput{
+			Key: key, Record: rec, RolloutID: r.id, Sandbox: r.status.Container, Turns: len(r.rec.Turns)})
+	}
+	if err := f.Get(ctx, &ref); err != nil {
 		return *res, err
 	}
 	res.Record = &ref
@@ -294,7 +337,7 @@ func (r *rollout) turn(ctx workflow.Context, sb activities.Sandbox, turn int, li
 	})
 	var tr activities.TurnResult
 	err := workflow.ExecuteActivity(tctx, act.AgentTurn, activities.TurnInput{
-		Sandbox: sb, Task: r.in.Task, Agent: r.in.Agent, RolloutID: r.id, Turn: turn, TimeoutSec: limit.Seconds(),
+		Sandbox: sb, Task: r.in.Task, Agent: r.in.Agent, RolloutID: r.id, Turn: turn, TimeoutSec: limit.Seconds(), StoreTurn: r.slim,
 	}).Get(ctx, &tr)
 	return tr, err
 }

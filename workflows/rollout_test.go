@@ -70,15 +70,12 @@ func verified(passed, total int) func(context.Context, activities.VerifyInput) (
 	}
 }
 
-func storeOK(_ context.Context, in activities.StoreJSONInput) (store.Ref, error) {
-	return store.Ref{URI: "file:///store/" + in.Key, SHA256: "ab", Bytes: 2}, nil
-}
-
 func newEnv(t *testing.T, f *fakeSandbox) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
+	registerSweepFakes(env)
 	env.OnActivity(act.CreateSandbox, mock.Anything, mock.Anything).Return(f.create).Maybe()
 	env.OnActivity(act.DestroySandbox, mock.Anything, mock.Anything).Return(f.destroy).Maybe()
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK).Maybe()

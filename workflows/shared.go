@@ -82,11 +82,18 @@ func rolloutSearchAttributes(in RolloutInput, rolloutID string) []temporal.Searc
 // startRollout starts a child RolloutWorkflow with its deterministic ID and
 // search attributes; cancelling the parent cancels it (so it cleans up).
 func startRollout(ctx workflow.Context, rin RolloutInput, summary string) workflow.ChildWorkflowFuture {
+	return startRolloutWith(ctx, rin, summary, enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL)
+}
+
+// startRolloutWith is startRollout with the policy for when the parent's
+// run closes: ABANDON for a parent that continues as new with rollouts in
+// flight (they report back by signal, RolloutInput.ReportToParent).
+func startRolloutWith(ctx workflow.Context, rin RolloutInput, summary string, onClose enumspb.ParentClosePolicy) workflow.ChildWorkflowFuture {
 	rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 		WorkflowID:            ids.RolloutWorkflowID(rid),
 		TaskQueue:             ids.ControlQueue,
-		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+		ParentClosePolicy:     onClose,
 		StaticSummary:         summary,
 		TypedSearchAttributes: temporal.NewSearchAttributes(rolloutSearchAttributes(rin, rid)...),
 	})
@@ -98,15 +105,21 @@ func startRollout(ctx workflow.Context, rin RolloutInput, summary string) workfl
 func rolloutOutcome(ctx workflow.Context, f workflow.Future, rin RolloutInput) RolloutResult {
 	var r RolloutResult
 	if err := f.Get(ctx, &r); err != nil {
-		rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
-		r = RolloutResult{
-			RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: rin.Task.ID, Name: rin.Task.Name,
-			Category: rin.Task.Category, Difficulty: rin.Task.Difficulty, Attempt: rin.Attempt,
-			Outcome: OutcomeInfraError, Error: oneLine(err),
-		}
-		if k := errorType(err); k == errs.BadInput || k == errs.TaskInvalid {
-			r.Outcome = OutcomeTaskInvalid
-		}
+		r = failedOutcome(rin, err)
+	}
+	return r
+}
+
+// failedOutcome is the result of a rollout that failed as a workflow.
+func failedOutcome(rin RolloutInput, err error) RolloutResult {
+	rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
+	r := RolloutResult{
+		RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: rin.Task.ID, Name: rin.Task.Name,
+		Category: rin.Task.Category, Difficulty: rin.Task.Difficulty, Attempt: rin.Attempt,
+		Outcome: OutcomeInfraError, Error: oneLine(err),
+	}
+	if k := errorType(err); k == errs.BadInput || k == errs.TaskInvalid {
+		r.Outcome = OutcomeTaskInvalid
 	}
 	return r
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/workflows"
+	"github.com/t1flow/t1flow/workflows/sweepstore"
 )
 
 // Roles a worker can take; a worker may take several ("control,sandbox").
@@ -79,6 +80,7 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 		w := worker.New(c, ids.ControlQueue, opts(0))
 		workflows.Register(w)
 		w.RegisterActivity(acts)
+		w.RegisterActivity(&sweepstore.Activities{Store: acts.Store})
 		ws = append(ws, w)
 	}
 	if set[Sandbox] {

@@ -1,0 +1,199 @@
+// Package sweepstore holds the activities that read and write the artifact
+// store in terms of package workflows' types: a page of an eval sweep's task
+// manifest, the report built from a sweep's result chunks, and a rollout
+// record assembled from its stored turns. They live apart from package workflows
+// (deterministic code, no I/O) and are called there by name.
+package sweepstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+// Activities are registered on the control queue's workers.
+type Activities struct {
+	Store store.Store
+
+	mu        sync.Mutex
+	manifests map[string][]task.Ref // by sha256: parsed once per worker
+	order     []string
+}
+
+// manifestCacheSize bounds the parsed manifests a worker keeps.
+const manifestCacheSize = 4
+
+// SweepTaskPage returns tasks [Offset, Offset+Limit) of a manifest and its
+// size. A missing, empty or malformed manifest is BadInput naming it.
+func (a *Activities) SweepTaskPage(ctx context.Context, in workflows.TaskPageInput) (workflows.TaskPage, error) {
+	if in.Offset < 0 || in.Limit < 1 {
+		return workflows.TaskPage{}, errs.BadInputf("task page: offset %d, limit %d", in.Offset, in.Limit)
+	}
+	tasks, err := a.manifest(ctx, in.Manifest)
+	if err != nil {
+		return workflows.TaskPage{}, err
+	}
+	if in.Offset >= len(tasks) {
+		return workflows.TaskPage{}, errs.BadInputf("task_manifest %s: offset %d past its %d tasks", in.Manifest.URI, in.Offset, len(tasks))
+	}
+	end := min(in.Offset+in.Limit, len(tasks))
+	return workflows.TaskPage{Offset: in.Offset, Tasks: tasks[in.Offset:end], Total: len(tasks)}, nil
+}
+
+func (a *Activities) manifest(ctx context.Context, ref store.Ref) ([]task.Ref, error) {
+	a.mu.Lock()
+	tasks, ok := a.manifests[ref.SHA256]
+	a.mu.Unlock()
+	if ok && ref.SHA256 != "" {
+		return tasks, nil
+	}
+	var p task.Pool
+	err := store.GetJSON(ctx, a.Store, ref, &p)
+	var ce *store.ChecksumError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, errs.BadInputf("task_manifest %s: not in the store", ref.URI)
+	case errors.As(err, &ce):
+		return nil, errs.BadInputf("task_manifest: %v", err)
+	case err != nil:
+		return nil, errs.Infraf("task_manifest %s: %v", ref.URI, err)
+	}
+	if err := checkManifest(ref, p.Tasks); err != nil {
+		return nil, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.manifests == nil {
+		a.manifests = map[string][]task.Ref{}
+	}
+	if _, ok := a.manifests[ref.SHA256]; !ok {
+		a.manifests[ref.SHA256] = p.Tasks
+		a.order = append(a.order, ref.SHA256)
+		if len(a.order) > manifestCacheSize {
+			delete(a.manifests, a.order[0])
+			a.order = a.order[1:]
+		}
+	}
+	return p.Tasks, nil
+}
+
+// checkManifest: at least one task, each with an ID and a bundle, no ID twice
+// (a rollout's workflow ID is made of it).
+func checkManifest(ref store.Ref, tasks []task.Ref) error {
+	if len(tasks) == 0 {
+		return errs.BadInputf("task_manifest %s: tasks is empty", ref.URI)
+	}
+	seen := make(map[string]int, len(tasks))
+	for i, t := range tasks {
+		switch {
+		case t.ID == "":
+			return errs.BadInputf("task_manifest %s: tasks[%d].id is empty", ref.URI, i)
+		case t.Bundle.URI == "":
+			return errs.BadInputf("task_manifest %s: tasks[%d] (%s): bundle.uri is empty (import the task first)", ref.URI, i, t.ID)
+		}
+		if j, dup := seen[t.ID]; dup {
+			return errs.BadInputf("task_manifest %s: tasks[%d] and tasks[%d] are both %s", ref.URI, j, i, t.ID)
+		}
+		seen[t.ID] = i
+	}
+	return nil
+}
+
+// BuildEvalReport reads a sweep's result chunks, checks that every rollout
+// is there once, and stores the report (sorted by task name and attempt).
+func (a *Activities) BuildEvalReport(ctx context.Context, in workflows.EvalReportInput) (workflows.EvalSweepResult, error) {
+	var rs []workflows.RolloutResult
+	for n := 0; n < in.Chunks; n++ {
+		key := workflows.ResultChunkKey(in.SweepID, n)
+		ref, err := a.Store.Lookup(ctx, key)
+		if err != nil {
+			return workflows.EvalSweepResult{}, errs.Infraf("eval report %s: chunk %s: %v", in.SweepID, key, err)
+		}
+		var chunk []workflows.RolloutResult
+		if err := store.GetJSON(ctx, a.Store, ref, &chunk); err != nil {
+			return workflows.EvalSweepResult{}, errs.Infraf("eval report %s: %v", in.SweepID, err)
+		}
+		rs = append(rs, chunk...)
+		activity.RecordHeartbeat(ctx, n)
+	}
+	if err := exactlyOnce(in, rs); err != nil {
+		return workflows.EvalSweepResult{}, err
+	}
+	sort.Slice(rs, func(i, j int) bool {
+		a, b := rs[i], rs[j]
+		if a.Name != b.Name {
+			return a.Name < b.Name
+		}
+		if a.Attempt != b.Attempt {
+			return a.Attempt < b.Attempt
+		}
+		return a.RolloutID < b.RolloutID
+	})
+	rep := workflows.EvalReport{
+		SweepID: in.SweepID, WorkflowID: in.WorkflowID, Agent: in.Agent, Attempts: in.Attempts, S: in.S,
+		Summary: workflows.Summarize(rs), Rollouts: rs,
+	}
+	ref, err := store.PutJSON(ctx, a.Store, workflows.EvalReportKey(in.SweepID), rep)
+	if err != nil {
+		return workflows.EvalSweepResult{}, errs.Infraf("store eval report %s: %v", in.SweepID, err)
+	}
+	return workflows.EvalSweepResult{SweepID: in.SweepID, Summary: rep.Summary, Report: ref}, nil
+}
+
+// exactlyOnce: a sweep's chunks hold each rollout once and all of them. It
+// is not retryable: the chunks will not change.
+func exactlyOnce(in workflows.EvalReportInput, rs []workflows.RolloutResult) error {
+	seen := make(map[string]bool, len(rs))
+	for _, r := range rs {
+		if seen[r.RolloutID] {
+			return inconsistent("eval report %s: rollout %s is in the results twice", in.SweepID, r.RolloutID)
+		}
+		seen[r.RolloutID] = true
+	}
+	if len(rs) != in.Expected {
+		return inconsistent("eval report %s: %d results in %d chunks, expected %d", in.SweepID, len(rs), in.Chunks, in.Expected)
+	}
+	return nil
+}
+
+// ResultsInconsistent: a sweep's stored results lost or doubled a rollout.
+const ResultsInconsistent = "ResultsInconsistent"
+
+func inconsistent(format string, args ...any) error {
+	return temporal.NewNonRetryableApplicationError(fmt.Sprintf(format, args...), ResultsInconsistent, nil)
+}
+
+// BuildRolloutRecord reads the record's turns from the store and stores the
+// whole record at in.Key.
+func (a *Activities) BuildRolloutRecord(ctx context.Context, in workflows.RolloutRecordInput) (store.Ref, error) {
+	rec := in.Record
+	rec.Turns = make([]activities.TurnResult, 0, in.Turns)
+	for turn := 0; turn < in.Turns; turn++ {
+		key := activities.TurnKey(in.RolloutID, in.Sandbox, turn)
+		ref, err := a.Store.Lookup(ctx, key)
+		if err != nil {
+			return store.Ref{}, errs.Infraf("rollout record %s: turn %d (%s): %v", in.Key, turn, key, err)
+		}
+		var whole activities.TurnResult
+		if err := store.GetJSON(ctx, a.Store, ref, &whole); err != nil {
+			return store.Ref{}, errs.Infraf("rollout record %s: turn %d: %v", in.Key, turn, err)
+		}
+		rec.Turns = append(rec.Turns, whole)
+	}
+	ref, err := store.PutJSON(ctx, a.Store, in.Key, rec)
+	if err != nil {
+		return ref, errs.Infraf("store %s: %v", in.Key, err)
+	}
+	return ref, nil
+}

@@ -1,0 +1,339 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+)
+
+// An eval sweep of any size: its rollouts run in a window that continues as
+// new every ContinueEvery starts (or when Temporal suggests it) with
+// rollouts in flight. Rollouts are started with ParentClosePolicy ABANDON
+// and report their results by signal to the sweep's workflow ID, which
+// reaches its latest run; the window (next job, rollouts in flight,
+// counters) is carried in the input. The task list is a manifest in the
+// store read a page at a time, results go to the store in chunks (one per
+// run, or more), and the report is built from the chunks by an activity.
+
+// Activities of the sweep package (workflows/sweepstore), called by name:
+// they need this package's types, and this package cannot import them.
+const (
+	ActivitySweepTaskPage      = "SweepTaskPage"
+	ActivityBuildEvalReport    = "BuildEvalReport"
+	ActivityBuildRolloutRecord = "BuildRolloutRecord"
+)
+
+// RolloutRecordInput is a record without its turns: BuildRolloutRecord
+// reads turns 0..Turns-1 of the sandbox from the store
+// (activities.TurnKey) and stores the whole record at Key, so readers of
+// the record see what they always saw.
+type RolloutRecordInput struct {
+	Key       string        `json:"key"`
+	Record    RolloutRecord `json:"record"`
+	RolloutID string        `json:"rollout_id"`
+	Sandbox   string        `json:"sandbox"`
+	Turns     int           `json:"turns"`
+}
+
+// sweepTaskPageSize is how many tasks one SweepTaskPage call returns (about
+// 300 bytes each in history).
+const sweepTaskPageSize = 200
+
+// TaskPageInput asks for tasks [Offset, Offset+Limit) of a manifest.
+type TaskPageInput struct {
+	Manifest store.Ref `json:"manifest"`
+	Offset   int       `json:"offset"`
+	Limit    int       `json:"limit"`
+}
+
+// TaskPage is a page of a manifest and the manifest's size.
+type TaskPage struct {
+	Offset int        `json:"offset"`
+	Tasks  []task.Ref `json:"tasks"`
+	Total  int        `json:"total"`
+}
+
+// EvalReportInput names a sweep's result chunks; BuildEvalReport checks
+// that they hold Expected results, each rollout once.
+type EvalReportInput struct {
+	SweepID    string               `json:"sweep_id"`
+	WorkflowID string               `json:"workflow_id"`
+	Agent      activities.AgentSpec `json:"agent"`
+	Attempts   int                  `json:"attempts"`
+	S          int                  `json:"s"`
+	Chunks     int                  `json:"chunks"`
+	Expected   int                  `json:"expected"`
+}
+
+// ResultChunkKey is where chunk n of a sweep's results is stored (a JSON
+// array of RolloutResult).
+func ResultChunkKey(sweepID string, n int) string {
+	return fmt.Sprintf("evals/%s/results/%06d.json", ids.Clean(sweepID), n)
+}
+
+// EvalReportKey is where a sweep's report is stored.
+func EvalReportKey(sweepID string) string { return "evals/" + ids.Clean(sweepID) + "/report.json" }
+
+type startedRollout struct {
+	f  workflow.ChildWorkflowFuture
+	in RolloutInput
+}
+
+// sweepWindow is the state of a windowed sweep's run.
+type sweepWindow struct {
+	w       *SweepWindow
+	page    TaskPage
+	pending []RolloutResult // results not yet in a chunk
+	// started: the rollouts this run started; cancelling the run's context
+	// cancels them, the others are cancelled by ID.
+	started     []startedRollout
+	startedHere map[string]bool
+	// stopReceiving ends receiveResults' goroutine once it has counted the
+	// report it holds.
+	stopReceiving func(ctx workflow.Context)
+}
+
+func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
+	if err := s.openWindow(ctx); err != nil {
+		return EvalSweepResult{}, err
+	}
+	s.receiveResults(ctx)
+	every := s.in.ContinueEvery
+	if every == 0 {
+		every = DefaultContinueEvery
+	}
+	for s.w.Next < s.progress.Total {
+		if err := workflow.Await(ctx, func() bool { return len(s.w.InFlight) < s.width.limit() }); err != nil {
+			return EvalSweepResult{}, s.cancelled(ctx, err)
+		}
+		if len(s.started) >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+			return EvalSweepResult{}, s.continueAsNew(ctx)
+		}
+		if err := s.startNext(ctx); err != nil {
+			return EvalSweepResult{}, err
+		}
+	}
+	if err := workflow.Await(ctx, func() bool { return len(s.w.InFlight) == 0 }); err != nil {
+		return EvalSweepResult{}, s.cancelled(ctx, err)
+	}
+	if err := s.flush(ctx); err != nil {
+		return EvalSweepResult{}, err
+	}
+	var out EvalSweepResult
+	err := workflow.ExecuteActivity(sweepActivityCtx(ctx, "build eval report"), ActivityBuildEvalReport, EvalReportInput{
+		SweepID: s.in.SweepID, WorkflowID: workflow.GetInfo(ctx).WorkflowExecution.ID, Agent: s.in.Agent,
+		Attempts: s.in.Attempts, S: s.in.S, Chunks: s.w.Chunks, Expected: s.progress.Total,
+	}).Get(ctx, &out)
+	if err != nil {
+		return out, err
+	}
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f; %d runs",
+		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward, s.w.Runs+1))
+	return out, nil
+}
+
+func sweepActivityCtx(ctx workflow.Context, summary string) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue:           ids.ControlQueue,
+		StartToCloseTimeout: 10 * time.Minute,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
+			NonRetryableErrorTypes: []string{errs.BadInput}},
+		Summary: summary,
+	})
+}
+
+// openWindow takes the window the last run handed over, or, in the first
+// run, moves inline tasks to a manifest and reads its first page (a
+// missing, empty or malformed manifest fails the sweep here).
+func (s *evalSweep) openWindow(ctx workflow.Context) error {
+	s.startedHere = map[string]bool{}
+	if s.in.Window == nil {
+		if len(s.in.Tasks) > 0 {
+			var ref store.Ref
+			err := storeJSON(ctx, "store task manifest", "evals/"+ids.Clean(s.in.SweepID)+"/tasks.json",
+				task.Pool{Name: s.in.SweepID, Tasks: s.in.Tasks}).Get(ctx, &ref)
+			if err != nil {
+				return err
+			}
+			s.in.TaskManifest, s.in.Tasks = &ref, nil
+		}
+		if err := s.loadPage(ctx, 0); err != nil {
+			return err
+		}
+		s.in.Window = &SweepWindow{Tasks: s.page.Total}
+		s.progress.Total = s.page.Total * s.in.Attempts
+	}
+	s.w = s.in.Window
+	if s.w.InFlight == nil {
+		s.w.InFlight = map[string]int{}
+	}
+	s.pending, s.w.Pending = s.w.Pending, nil
+	return nil
+}
+
+func (s *evalSweep) loadPage(ctx workflow.Context, offset int) error {
+	err := workflow.ExecuteActivity(sweepActivityCtx(ctx, fmt.Sprintf("tasks %d+", offset)), ActivitySweepTaskPage,
+		TaskPageInput{Manifest: *s.in.TaskManifest, Offset: offset, Limit: sweepTaskPageSize}).Get(ctx, &s.page)
+	if err == nil && (s.page.Offset != offset || len(s.page.Tasks) == 0) {
+		err = temporal.NewNonRetryableApplicationError(fmt.Sprintf("eval sweep: task_manifest %s has no task %d (of %d)",
+			s.in.TaskManifest.URI, offset, s.page.Total), errs.BadInput, nil)
+	}
+	return err
+}
+
+// startNext starts job w.Next: task Next mod tasks, attempt Next div tasks + 1.
+func (s *evalSweep) startNext(ctx workflow.Context) error {
+	i := s.w.Next
+	ti, attempt := i%s.w.Tasks, i/s.w.Tasks+1
+	if ti < s.page.Offset || ti >= s.page.Offset+len(s.page.Tasks) {
+		if err := s.loadPage(ctx, ti); err != nil {
+			return err
+		}
+	}
+	t := s.page.Tasks[ti-s.page.Offset]
+	rin := RolloutInput{
+		CampaignID: s.in.SweepID, Stage: "eval", Step: 0, Task: t, Attempt: attempt,
+		Agent: s.in.Agent, TurnCap: s.in.TurnCap, S: s.in.S, AgentTimeoutSec: s.in.AgentTimeoutSec,
+		ReportToParent: true,
+	}
+	wid := ids.RolloutWorkflowID(ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, t.ID, attempt))
+	f := startRolloutWith(ctx, rin, fmt.Sprintf("%s #%d (%s)", t.Name, attempt, s.in.Agent.Kind), enumspb.PARENT_CLOSE_POLICY_ABANDON)
+	s.w.Next++
+	s.w.InFlight[wid] = i
+	s.started = append(s.started, startedRollout{f, rin})
+	s.startedHere[wid] = true
+	workflow.Go(ctx, func(ctx workflow.Context) { s.watch(ctx, f, rin) })
+	return nil
+}
+
+// watch counts what a rollout of this run cannot report itself: it never
+// started (its ID taken), or it was terminated or timed out.
+func (s *evalSweep) watch(ctx workflow.Context, f workflow.ChildWorkflowFuture, rin RolloutInput) {
+	if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+		s.received(ctx, failedOutcome(rin, err))
+		return
+	}
+	err := f.Get(ctx, nil)
+	var term *temporal.TerminatedError
+	var timeout *temporal.TimeoutError
+	if errors.As(err, &term) || errors.As(err, &timeout) {
+		s.received(ctx, failedOutcome(rin, err))
+	}
+}
+
+// receiveResults takes the rollouts' reports as they come, until
+// stopReceiving.
+func (s *evalSweep) receiveResults(ctx workflow.Context) {
+	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
+	pctx, cancel := workflow.WithCancel(ctx)
+	stopped, settle := workflow.NewFuture(ctx)
+	s.stopReceiving = func(ctx workflow.Context) {
+		cancel()
+		_ = stopped.Get(ctx, nil)
+	}
+	workflow.Go(pctx, func(ctx workflow.Context) {
+		defer settle.Set(nil, nil)
+		for ctx.Err() == nil {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+				var r RolloutResult
+				c.Receive(ctx, &r)
+				s.received(ctx, r)
+			})
+			sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
+			sel.Select(ctx)
+		}
+	})
+}
+
+// received counts a rollout's result once: a report of a rollout not in
+// flight (reported already) is dropped.
+func (s *evalSweep) received(ctx workflow.Context, r RolloutResult) {
+	if _, ok := s.w.InFlight[r.WorkflowID]; !ok {
+		workflow.GetLogger(ctx).Warn("result of a rollout not in flight dropped", "rollout", r.WorkflowID)
+		return
+	}
+	delete(s.w.InFlight, r.WorkflowID)
+	s.w.Done++
+	if r.Resolved {
+		s.w.Resolved++
+	}
+	s.pending = append(s.pending, r)
+}
+
+// flush writes the results received so far as the next chunk.
+func (s *evalSweep) flush(ctx workflow.Context) error {
+	if len(s.pending) == 0 {
+		return nil
+	}
+	chunk := s.pending
+	s.pending = nil
+	n := s.w.Chunks
+	if err := storeJSON(ctx, fmt.Sprintf("store results chunk %d (%d)", n, len(chunk)), ResultChunkKey(s.in.SweepID, n), chunk).Get(ctx, nil); err != nil {
+		return err
+	}
+	s.w.Chunks++
+	return nil
+}
+
+// continueAsNew hands the window to a new run once every rollout this run
+// started has started (or it might never start) and its results are in a
+// chunk; results that come in meanwhile travel in the window.
+func (s *evalSweep) continueAsNew(ctx workflow.Context) error {
+	for _, st := range s.started {
+		if err := st.f.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+			// watch counts it too, maybe later; received drops the second.
+			s.received(ctx, failedOutcome(st.in, err))
+		}
+	}
+	if err := s.flush(ctx); err != nil {
+		return err
+	}
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return s.cancelled(ctx, err)
+	}
+	// A report the receiver has taken from the channel is not in the
+	// channel any more: let it finish before draining, or it is lost.
+	s.stopReceiving(ctx)
+	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
+	for {
+		var r RolloutResult
+		if !ch.ReceiveAsync(&r) {
+			break
+		}
+		s.received(ctx, r)
+	}
+	s.w.Pending = s.pending
+	s.w.Runs++
+	s.in.Window = s.w
+	s.in.Concurrency = s.width.limit()
+	return workflow.NewContinueAsNewError(ctx, EvalSweepWorkflow, s.in)
+}
+
+// cancelled cancels the rollouts earlier runs started (cancelling this
+// run's context cancels its own) and returns err.
+func (s *evalSweep) cancelled(ctx workflow.Context, err error) error {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	var fs []workflow.Future
+	for _, wid := range sortedKeys(s.w.InFlight) {
+		if !s.startedHere[wid] {
+			fs = append(fs, workflow.RequestCancelExternalWorkflow(dctx, wid, ""))
+		}
+	}
+	for _, f := range fs {
+		if cerr := f.Get(dctx, nil); cerr != nil {
+			workflow.GetLogger(ctx).Warn("rollout not cancelled", "error", cerr)
+		}
+	}
+	return err
+}

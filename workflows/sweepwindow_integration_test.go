@@ -1,0 +1,108 @@
+package workflows_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/workflows"
+)
+
+// TestEvalSweepContinuesAsNewWithRolloutsInFlight: a sweep of 3 tasks × 3
+// attempts, 3 at a time, that continues as new after every 2 rollouts it
+// starts, so rollouts are in flight at every continue-as-new and report to a
+// later run. The report holds each (task, attempt) exactly once, and every
+// rollout ran once. With T1FLOW_RECORD_HISTORY=1 it records the first run
+// (continued as new), the last (started by it) and a rollout that reported
+// to its parent, for the replay test.
+func TestEvalSweepContinuesAsNewWithRolloutsInFlight(t *testing.T) {
+	r := newRig(t, true)
+	refs := r.load(t, "../examples/tasks/log-level-counter", "../examples/tasks/json-config-merge", "../examples/tasks/csv-revenue-report")
+	run := r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: activities.AgentSpec{Kind: activities.AgentNop},
+		Attempts: 3, Concurrency: 3, ContinueEvery: 2})
+	firstRun := run.GetRunID() // Get follows the chain to the last run
+	rep := r.report(t, run, 15*time.Minute)
+	seen := map[string]int{}
+	for _, ro := range rep.Rollouts {
+		seen[fmt.Sprintf("%s#%d", ro.Name, ro.Attempt)]++
+		if !ro.Scored || ro.Outcome != workflows.OutcomeUnresolved {
+			t.Errorf("nop on %s #%d: %s (%s)", ro.Name, ro.Attempt, ro.Outcome, ro.Error)
+		}
+	}
+	for _, tk := range refs {
+		for a := 1; a <= 3; a++ {
+			if n := seen[fmt.Sprintf("%s#%d", tk.Name, a)]; n != 1 {
+				t.Errorf("%s #%d is in the report %d times, want once", tk.Name, a, n)
+			}
+		}
+	}
+	if len(rep.Rollouts) != 9 || rep.Summary.Rollouts != 9 {
+		t.Errorf("report: %d rollouts, summary %d, want 9", len(rep.Rollouts), rep.Summary.Rollouts)
+	}
+	ctx := context.Background()
+	list := func(query string) int {
+		resp, err := r.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query, PageSize: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(resp.Executions)
+	}
+	wid := ids.EvalSweepWorkflowID(rep.SweepID)
+	runs := list(fmt.Sprintf("WorkflowId = '%s'", wid))
+	if runs < 4 {
+		t.Errorf("the sweep ran in %d runs, want at least 4 (9 rollouts, continuing as new every 2)", runs)
+	}
+	if n := list(fmt.Sprintf("WorkflowType = 'RolloutWorkflow' AND CampaignID = '%s'", rep.SweepID)); n != 9 {
+		t.Errorf("%d rollout workflows ran, want 9", n)
+	}
+	t.Logf("9 rollouts in %d runs", runs)
+	recordRun(t, r.c, wid, firstRun, "testdata/evalsweep_continued_as_new.json")
+	recordHistory(t, r.c, wid, "testdata/evalsweep_after_continue.json")
+	recordHistory(t, r.c, rep.Rollouts[0].WorkflowID, "testdata/rollout_reported.json")
+}
+
+// TestEvalSweepRefusesWhatItCannotSchedule: a manifest not in the store, a
+// manifest of no tasks, one with a task twice, both tasks and a manifest, a
+// negative window: each fails at once, naming what is wrong.
+func TestEvalSweepRefusesWhatItCannotSchedule(t *testing.T) {
+	r := newRig(t, true)
+	refs := r.load(t, "../examples/tasks/log-level-counter")
+	ctx := context.Background()
+	put := func(key string, tasks []task.Ref) *store.Ref {
+		ref, err := store.PutJSON(ctx, r.st, key, task.Pool{Tasks: tasks})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &ref
+	}
+	missing := *put("manifests/gone.json", refs)
+	missing.URI = strings.Replace(missing.URI, "gone.json", "never-written.json", 1)
+	oracle := activities.AgentSpec{Kind: activities.AgentOracle}
+	for _, c := range []struct {
+		name, want string
+		in         workflows.EvalSweepInput
+	}{
+		{"missing manifest", "not in the store", workflows.EvalSweepInput{TaskManifest: &missing, Agent: oracle}},
+		{"empty manifest", "tasks is empty", workflows.EvalSweepInput{TaskManifest: put("manifests/empty.json", nil), Agent: oracle}},
+		{"a task twice", "are both", workflows.EvalSweepInput{TaskManifest: put("manifests/twice.json", append(refs, refs...)), Agent: oracle}},
+		{"tasks and manifest", "give one, not both", workflows.EvalSweepInput{Tasks: refs, TaskManifest: put("manifests/one.json", refs), Agent: oracle}},
+		{"negative window", "concurrency -1", workflows.EvalSweepInput{Tasks: refs, Agent: oracle, Concurrency: -1}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			err := r.startSweep(t, c.in).Get(cctx, nil)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("got %v, want a failure naming %q", err, c.want)
+			}
+		})
+	}
+}
