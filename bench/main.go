@@ -215,6 +215,9 @@ func run(out string, n, turns, verifyN int) error {
 	}
 	b.WriteString("\n")
 	b.Write(py)
+	if old, err := os.ReadFile(out); err == nil {
+		b.WriteString(sectionsNotIn(string(old), b.String()))
+	}
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		return err
 	}

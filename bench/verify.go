@@ -312,3 +312,18 @@ func spliceSection(file, heading, section string) error {
 	}
 	return os.WriteFile(file, []byte(s[:i]+section+tail), 0o644)
 }
+
+// sectionsNotIn returns old's "## " sections whose headings fresh lacks, in
+// their order: figures that other targets measure (make bench-hf, make
+// bench-scale, the learning curve of make demo) survive a full make bench.
+func sectionsNotIn(old, fresh string) string {
+	var kept strings.Builder
+	parts := strings.Split("\n"+old, "\n## ")
+	for _, p := range parts[1:] {
+		heading := "## " + strings.SplitN(p, "\n", 2)[0]
+		if !strings.Contains("\n"+fresh, "\n"+heading+"\n") {
+			kept.WriteString("\n" + strings.TrimRight("## "+p, "\n") + "\n")
+		}
+	}
+	return kept.String()
+}
