@@ -17,6 +17,7 @@ type evalSweep struct {
 	progress Progress
 	results  []RolloutResult
 	width    *concurrency
+	asked    [2]int // concurrency and attempts as the input gave them
 	sweepWindow
 }
 
@@ -27,10 +28,7 @@ func EvalSweepWorkflow(ctx workflow.Context, in EvalSweepInput) (EvalSweepResult
 }
 
 func (s *evalSweep) setup(ctx workflow.Context) error {
-	if s.in.Concurrency < 0 || s.in.Attempts < 0 {
-		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("eval sweep: concurrency %d, attempts %d: neither may be negative (0: the default)",
-			s.in.Concurrency, s.in.Attempts), errs.BadInput, nil)
-	}
+	s.asked = [2]int{s.in.Concurrency, s.in.Attempts} // checked by the windowed path (checkWidth)
 	if s.in.Attempts <= 0 {
 		s.in.Attempts = 1
 	}
@@ -72,12 +70,25 @@ func (in EvalSweepInput) validate() error {
 		return fmt.Errorf("eval sweep: tasks (%d) and task_manifest %s: give one, not both", len(in.Tasks), in.TaskManifest.URI)
 	case in.TaskManifest != nil && in.TaskManifest.URI == "":
 		return fmt.Errorf("eval sweep: task_manifest.uri is empty")
-	case in.Concurrency > MaxConcurrency:
-		return fmt.Errorf("eval sweep: concurrency %d: must be between 1 and %d (0: %d)", in.Concurrency, MaxConcurrency, DefaultEvalConcurrency)
 	case in.ContinueEvery < 0:
 		return fmt.Errorf("eval sweep: continue_every %d: must be at least 1 (0: %d)", in.ContinueEvery, DefaultContinueEvery)
 	}
 	return in.Agent.Validate()
+}
+
+// checkWidth refuses a negative concurrency or attempts and a concurrency
+// past MaxConcurrency. It runs on the windowed path only, after its
+// GetVersion: sweeps recorded before it took a negative value for the
+// default and had no upper bound, and must replay as they ran.
+func (s *evalSweep) checkWidth() error {
+	c, a := s.asked[0], s.asked[1]
+	switch {
+	case c < 0 || a < 0:
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("eval sweep: concurrency %d, attempts %d: neither may be negative (0: the default)", c, a), errs.BadInput, nil)
+	case c > MaxConcurrency:
+		return temporal.NewNonRetryableApplicationError(fmt.Sprintf("eval sweep: concurrency %d: must be between 1 and %d (0: %d)", c, MaxConcurrency, DefaultEvalConcurrency), errs.BadInput, nil)
+	}
+	return nil
 }
 
 func (s *evalSweep) status() Progress {

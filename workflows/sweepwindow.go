@@ -104,6 +104,9 @@ type sweepWindow struct {
 }
 
 func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
+	if err := s.checkWidth(); err != nil {
+		return EvalSweepResult{}, err
+	}
 	if err := s.openWindow(ctx); err != nil {
 		return EvalSweepResult{}, err
 	}
