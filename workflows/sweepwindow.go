@@ -120,10 +120,14 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 			return EvalSweepResult{}, s.cancelled(ctx, err)
 		}
 		if len(s.started) >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
-			return EvalSweepResult{}, s.continueAsNew(ctx)
+			err := s.continueAsNew(ctx)
+			if !workflow.IsContinueAsNewError(err) {
+				err = s.failed(ctx, err)
+			}
+			return EvalSweepResult{}, err
 		}
 		if err := s.startNext(ctx); err != nil {
-			return EvalSweepResult{}, err
+			return EvalSweepResult{}, s.failed(ctx, err)
 		}
 	}
 	if err := workflow.Await(ctx, func() bool { return len(s.w.InFlight) == 0 }); err != nil {
@@ -323,13 +327,36 @@ func (s *evalSweep) continueAsNew(ctx workflow.Context) error {
 	return workflow.NewContinueAsNewError(ctx, EvalSweepWorkflow, s.in)
 }
 
+// failed: the sweep fails with rollouts in flight (a page or a chunk of
+// results could not be read or stored). They were started ABANDON, so
+// nothing else would stop them: every one, this run's too, is asked to
+// cancel before the sweep closes, and a rerun of the sweep finds no orphan
+// holding its rollout IDs.
+func (s *evalSweep) failed(ctx workflow.Context, err error) error {
+	if err == nil || workflow.GetVersion(ctx, "eval-sweep-cancel-on-failure", workflow.DefaultVersion, 1) != 1 {
+		return err
+	}
+	if ctx.Err() != nil { // the sweep was cancelled while a page or chunk was in flight
+		return s.cancelled(ctx, err)
+	}
+	s.cancelInFlight(ctx, func(string) bool { return true })
+	return err
+}
+
 // cancelled cancels the rollouts earlier runs started (cancelling this
 // run's context cancels its own) and returns err.
 func (s *evalSweep) cancelled(ctx workflow.Context, err error) error {
+	s.cancelInFlight(ctx, func(wid string) bool { return !s.startedHere[wid] })
+	return err
+}
+
+// cancelInFlight asks the in-flight rollouts that pick chooses to cancel,
+// in ID order, and waits for the requests to be delivered.
+func (s *evalSweep) cancelInFlight(ctx workflow.Context, pick func(string) bool) {
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	var fs []workflow.Future
 	for _, wid := range sortedKeys(s.w.InFlight) {
-		if !s.startedHere[wid] {
+		if pick(wid) {
 			fs = append(fs, workflow.RequestCancelExternalWorkflow(dctx, wid, ""))
 		}
 	}
@@ -338,5 +365,4 @@ func (s *evalSweep) cancelled(ctx workflow.Context, err error) error {
 			workflow.GetLogger(ctx).Warn("rollout not cancelled", "error", cerr)
 		}
 	}
-	return err
 }
