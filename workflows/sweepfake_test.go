@@ -62,4 +62,7 @@ func registerSweepFakes(env *testsuite.TestWorkflowEnvironment) {
 	env.RegisterActivityWithOptions(func(ctx context.Context, in RolloutRecordInput) (store.Ref, error) {
 		return storeOK(ctx, activities.StoreJSONInput{Key: in.Key, Value: in.Record}) // turns are not faked
 	}, activity.RegisterOptions{Name: ActivityBuildRolloutRecord})
+	env.RegisterActivityWithOptions(func(context.Context, []string) ([]ClosedRollout, error) {
+		return nil, nil // the fakes' rollouts always report
+	}, activity.RegisterOptions{Name: ActivityClosedRollouts})
 }

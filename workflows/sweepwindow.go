@@ -31,7 +31,22 @@ const (
 	ActivitySweepTaskPage      = "SweepTaskPage"
 	ActivityBuildEvalReport    = "BuildEvalReport"
 	ActivityBuildRolloutRecord = "BuildRolloutRecord"
+	ActivityClosedRollouts     = "ClosedRollouts"
 )
+
+// OrphanCheckEvery is how long a sweep waits on rollouts an earlier run
+// started before it asks Temporal whether any of them closed without
+// reporting (an operator terminated it, or it timed out): those are counted
+// as infra errors instead of being waited for forever.
+var OrphanCheckEvery = 10 * time.Minute
+
+// ClosedRollout is a rollout workflow that is no longer running, with the
+// input it was started with (its first history event).
+type ClosedRollout struct {
+	WorkflowID string       `json:"workflow_id"`
+	Status     string       `json:"status"`
+	Input      RolloutInput `json:"input"`
+}
 
 // RolloutRecordInput is a record without its turns: BuildRolloutRecord
 // reads turns 0..Turns-1 of the sandbox from the store
@@ -116,7 +131,7 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 		every = DefaultContinueEvery
 	}
 	for s.w.Next < s.progress.Total {
-		if err := workflow.Await(ctx, func() bool { return len(s.w.InFlight) < s.width.limit() }); err != nil {
+		if err := s.await(ctx, func() bool { return len(s.w.InFlight) < s.width.limit() }); err != nil {
 			return EvalSweepResult{}, s.cancelled(ctx, err)
 		}
 		if len(s.started) >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
@@ -130,7 +145,7 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 			return EvalSweepResult{}, s.failed(ctx, err)
 		}
 	}
-	if err := workflow.Await(ctx, func() bool { return len(s.w.InFlight) == 0 }); err != nil {
+	if err := s.await(ctx, func() bool { return len(s.w.InFlight) == 0 }); err != nil {
 		return EvalSweepResult{}, s.cancelled(ctx, err)
 	}
 	if err := s.flush(ctx); err != nil {
@@ -235,6 +250,43 @@ func (s *evalSweep) watch(ctx workflow.Context, f workflow.ChildWorkflowFuture, 
 	var timeout *temporal.TimeoutError
 	if errors.As(err, &term) || errors.As(err, &timeout) {
 		s.received(ctx, failedOutcome(rin, err))
+	}
+}
+
+// await waits for cond. Every OrphanCheckEvery it waits in vain while
+// rollouts that earlier runs started are in flight (this run watches its
+// own children's closes), it asks which of those closed without reporting
+// and counts each as an infra error (GetVersion eval-sweep-orphan-check).
+func (s *evalSweep) await(ctx workflow.Context, cond func() bool) error {
+	if workflow.GetVersion(ctx, "eval-sweep-orphan-check", workflow.DefaultVersion, 1) != 1 {
+		return workflow.Await(ctx, cond)
+	}
+	for {
+		ok, err := workflow.AwaitWithTimeout(ctx, OrphanCheckEvery, cond)
+		if ok || err != nil {
+			return err
+		}
+		var earlier []string
+		for _, wid := range sortedKeys(s.w.InFlight) {
+			if !s.startedHere[wid] {
+				earlier = append(earlier, wid)
+			}
+		}
+		if len(earlier) == 0 {
+			continue
+		}
+		var closed []ClosedRollout
+		if err := workflow.ExecuteActivity(sweepActivityCtx(ctx, "closed rollouts"), ActivityClosedRollouts, earlier).Get(ctx, &closed); err != nil {
+			workflow.GetLogger(ctx).Warn("closed rollouts not checked", "error", err)
+			continue
+		}
+		for _, c := range closed {
+			// A report signalled before it closed is in history before
+			// this answer and was counted: received drops this one then.
+			r := failedOutcome(c.Input, temporal.NewApplicationError(fmt.Sprintf("rollout %s closed %s without reporting to the sweep", c.WorkflowID, c.Status), errs.Infra))
+			r.WorkflowID = c.WorkflowID
+			s.received(ctx, r)
+		}
 	}
 }
 

@@ -106,3 +106,46 @@ func TestEvalSweepRefusesWhatItCannotSchedule(t *testing.T) {
 		})
 	}
 }
+
+// TestSweepCountsARolloutTerminatedAfterItsRunContinued: a rollout that an
+// earlier run of the sweep started is terminated by an operator, so it never
+// reports. The sweep asks Temporal which of those closed, counts it as an
+// infra error, and finishes, instead of waiting for it forever.
+func TestSweepCountsARolloutTerminatedAfterItsRunContinued(t *testing.T) {
+	defer func(d time.Duration) { workflows.OrphanCheckEvery = d }(workflows.OrphanCheckEvery)
+	workflows.OrphanCheckEvery = 2 * time.Second
+	r := newRig(t, true)
+	refs := r.load(t, "../examples/tasks/log-level-counter")
+	slow := activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"sleep 25"}}
+	run := r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: slow, Attempts: 3, Concurrency: 3, ContinueEvery: 2})
+	sweepID := strings.TrimPrefix(run.GetID(), "eval/")
+	victim := ids.RolloutWorkflowID(ids.RolloutID(sweepID, "eval", 0, refs[0].ID, 1)) // the first run's first rollout
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for { // the third rollout is started by the second run
+		third := ids.RolloutWorkflowID(ids.RolloutID(sweepID, "eval", 0, refs[0].ID, 3))
+		if _, err := r.c.DescribeWorkflowExecution(ctx, third, ""); err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the sweep never started its third rollout")
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if err := r.c.TerminateWorkflow(ctx, victim, "", "operator: stuck"); err != nil {
+		t.Fatalf("terminate %s: %v", victim, err)
+	}
+	rep := r.report(t, run, 3*time.Minute)
+	if len(rep.Rollouts) != 3 {
+		t.Fatalf("report: %d rollouts, want 3", len(rep.Rollouts))
+	}
+	for _, ro := range rep.Rollouts {
+		terminated := ro.WorkflowID == victim
+		switch {
+		case terminated && (ro.Outcome != workflows.OutcomeInfraError || !strings.Contains(ro.Error, "Terminated")):
+			t.Errorf("terminated rollout: outcome %s (%s), want infra_error naming Terminated", ro.Outcome, ro.Error)
+		case !terminated && !ro.Scored:
+			t.Errorf("rollout %s: %s (%s), want scored", ro.WorkflowID, ro.Outcome, ro.Error)
+		}
+	}
+}

@@ -80,7 +80,7 @@ func New(c client.Client, role string, acts *activities.Activities) []worker.Wor
 		w := worker.New(c, ids.ControlQueue, opts(0))
 		workflows.Register(w)
 		w.RegisterActivity(acts)
-		w.RegisterActivity(&sweepstore.Activities{Store: acts.Store})
+		w.RegisterActivity(&sweepstore.Activities{Store: acts.Store, Temporal: acts.Temporal})
 		ws = append(ws, w)
 	}
 	if set[Sandbox] {

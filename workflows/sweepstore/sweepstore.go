@@ -12,7 +12,11 @@ import (
 	"sort"
 	"sync"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/t1flow/t1flow/activities"
@@ -25,6 +29,8 @@ import (
 // Activities are registered on the control queue's workers.
 type Activities struct {
 	Store store.Store
+	// Temporal answers ClosedRollouts (nil: the activity fails, retried).
+	Temporal client.Client
 
 	mu        sync.Mutex
 	manifests map[string][]task.Ref // by sha256: parsed once per worker
@@ -196,4 +202,42 @@ func (a *Activities) BuildRolloutRecord(ctx context.Context, in workflows.Rollou
 		return ref, errs.Infraf("store %s: %v", in.Key, err)
 	}
 	return ref, nil
+}
+
+// ClosedRollouts answers which of the rollout workflows wids are no longer
+// running, each with the input it was started with, so that a sweep counts
+// a rollout that closed without reporting (terminated, timed out) instead
+// of waiting for it forever. A workflow this Temporal does not know (past
+// its retention) is left out: the sweep keeps waiting and says so.
+func (a *Activities) ClosedRollouts(ctx context.Context, wids []string) ([]workflows.ClosedRollout, error) {
+	if a.Temporal == nil {
+		return nil, errs.Infraf("closed rollouts: this control worker has no Temporal client")
+	}
+	var out []workflows.ClosedRollout
+	for _, wid := range wids {
+		d, err := a.Temporal.DescribeWorkflowExecution(ctx, wid, "")
+		var nf *serviceerror.NotFound
+		if errors.As(err, &nf) {
+			activity.GetLogger(ctx).Warn("rollout unknown to Temporal; the sweep keeps waiting for it", "rollout", wid)
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		info := d.GetWorkflowExecutionInfo()
+		if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			continue
+		}
+		it := a.Temporal.GetWorkflowHistory(ctx, wid, info.GetExecution().GetRunId(), false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+		ev, err := it.Next()
+		if err != nil {
+			return nil, err
+		}
+		var in workflows.RolloutInput
+		if err := converter.GetDefaultDataConverter().FromPayloads(ev.GetWorkflowExecutionStartedEventAttributes().GetInput(), &in); err != nil {
+			return nil, fmt.Errorf("rollout %s: its input: %w", wid, err)
+		}
+		out = append(out, workflows.ClosedRollout{WorkflowID: wid, Status: info.GetStatus().String(), Input: in})
+	}
+	return out, nil
 }
