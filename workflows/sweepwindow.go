@@ -261,22 +261,29 @@ func (s *evalSweep) await(ctx workflow.Context, cond func() bool) error {
 	if workflow.GetVersion(ctx, "eval-sweep-orphan-check", workflow.DefaultVersion, 1) != 1 {
 		return workflow.Await(ctx, cond)
 	}
-	for {
-		ok, err := workflow.AwaitWithTimeout(ctx, OrphanCheckEvery, cond)
-		if ok || err != nil {
-			return err
-		}
-		var earlier []string
+	earlier := func() []string {
+		var ids []string
 		for _, wid := range sortedKeys(s.w.InFlight) {
 			if !s.startedHere[wid] {
-				earlier = append(earlier, wid)
+				ids = append(ids, wid)
 			}
 		}
-		if len(earlier) == 0 {
+		return ids
+	}
+	for {
+		if len(earlier()) == 0 { // no timer (two events) per wait when there is nothing to check
+			return workflow.Await(ctx, cond)
+		}
+		ok, err := workflow.AwaitWithTimeout(ctx, OrphanCheckEvery, func() bool { return cond() || len(earlier()) == 0 })
+		if err != nil || (ok && cond()) {
+			return err
+		}
+		if ok { // the earlier runs' rollouts all reported: wait on without a timer
 			continue
 		}
+		wids := earlier()
 		var closed []ClosedRollout
-		if err := workflow.ExecuteActivity(sweepActivityCtx(ctx, "closed rollouts"), ActivityClosedRollouts, earlier).Get(ctx, &closed); err != nil {
+		if err := workflow.ExecuteActivity(sweepActivityCtx(ctx, "closed rollouts"), ActivityClosedRollouts, wids).Get(ctx, &closed); err != nil {
 			workflow.GetLogger(ctx).Warn("closed rollouts not checked", "error", err)
 			continue
 		}
