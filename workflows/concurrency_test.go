@@ -186,3 +186,33 @@ func TestCampaignSetConcurrencyReachesItsRunningStep(t *testing.T) {
 	}
 	checkWindow(t, w, at35, at95)
 }
+
+// With results pending past FlushEvery, the sweep writes them as a chunk
+// before it starts more rollouts, not only at continue-as-new or the end:
+// no chunk (one activity input) grows with the run.
+func TestEvalSweepFlushesResultsAsTheyPileUp(t *testing.T) {
+	defer func(n int) { FlushEvery = n }(FlushEvery)
+	FlushEvery = 2
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	Register(env)
+	registerSweepFakes(env)
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
+	watchRollouts(env, env.Now())
+	env.ExecuteWorkflow(EvalSweepWorkflow, EvalSweepInput{SweepID: "flush", Tasks: eightTasks(), Agent: activities.AgentSpec{Kind: activities.AgentOracle}, Concurrency: 2})
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	total, most, chunks := 0, 0, 0
+	for n := 0; ; n++ {
+		var chunk []RolloutResult
+		if memGet(ResultChunkKey("flush", n), &chunk) != nil {
+			break
+		}
+		chunks, total, most = chunks+1, total+len(chunk), max(most, len(chunk))
+	}
+	if total != 8 || chunks < 3 || most > FlushEvery+2 {
+		t.Errorf("%d results in %d chunks (largest %d), want 8 in at least 3 chunks of at most %d", total, chunks, most, FlushEvery+2)
+	}
+}

@@ -40,6 +40,12 @@ const (
 // as infra errors instead of being waited for forever.
 var OrphanCheckEvery = 10 * time.Minute
 
+// FlushEvery: results received are written as a chunk once this many are
+// pending, not only at continue-as-new (a run of continue_every starts at
+// concurrency 1024 would otherwise hold ~1,500 results, near the 2 MiB
+// payload limit, in one activity input).
+var FlushEvery = 500
+
 // ClosedRollout is a rollout workflow that is no longer running, with the
 // input it was started with (its first history event).
 type ClosedRollout struct {
@@ -140,6 +146,11 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 				err = s.failed(ctx, err)
 			}
 			return EvalSweepResult{}, err
+		}
+		if len(s.pending) >= FlushEvery && workflow.GetVersion(ctx, "eval-sweep-flush-every", workflow.DefaultVersion, 1) == 1 {
+			if err := s.flush(ctx); err != nil { // a chunk stays well under the payload limit
+				return EvalSweepResult{}, s.failed(ctx, err)
+			}
 		}
 		if err := s.startNext(ctx); err != nil {
 			return EvalSweepResult{}, s.failed(ctx, err)
