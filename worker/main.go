@@ -35,6 +35,13 @@ func main() {
 	}
 }
 
+// registerPackageFlags: flags that set other packages' settings.
+func registerPackageFlags() {
+	flag.DurationVar(&workflows.HostWait, "host-wait", workflows.HostWait, "control: how long a rollout waits for the sandbox host that owns its container (a worker restart fits in it); past it the host is gone and the rollout starts over in a fresh sandbox on any host")
+	flag.DurationVar(&roles.StopTimeout, "stop-timeout", roles.DefaultStopTimeout,
+		"on SIGTERM, how long running activities (trainer operations, image builds) may take to finish before they are cancelled and handed back retryable; a second signal stops at once")
+}
+
 func run() error {
 	hostname, _ := os.Hostname()
 	role := flag.String("role", "all", "control, sandbox, gpu, all, or a comma-separated list")
@@ -48,12 +55,10 @@ func run() error {
 	reaperEvery := flag.Duration("reaper-interval", workflows.DefaultReaperIntervalSecs*time.Second, "how often the reaper schedule runs")
 	maxSandboxes := flag.Int("max-sandboxes", activities.DefaultMaxSandboxes(), "live sandboxes this host admits at once (0: no limit); creations past it wait, then retry elsewhere")
 	admissionWait := flag.Duration("admission-wait", activities.DefaultAdmissionWait, "how long a sandbox creation waits for room on a full host before it fails HostFull (retried, maybe on another host)")
-	flag.DurationVar(&workflows.HostWait, "host-wait", workflows.HostWait, "control: how long a rollout waits for the sandbox host that owns its container (a worker restart fits in it); past it the host is gone and the rollout starts over in a fresh sandbox on any host")
 	backend := flag.String("sandbox-backend", "docker", "docker, or sleep: sandbox activities only sleep -sleep-for and return synthetic results (load tests of orchestration only; needs "+activities.LoadTestEnv+"=1)")
 	sleepFor := flag.Duration("sleep-for", 50*time.Millisecond, "with -sandbox-backend sleep: how long each sandbox activity sleeps")
 	logLevel := flag.String("log-level", "warn", "debug, info, warn or error")
-	flag.DurationVar(&roles.StopTimeout, "stop-timeout", roles.DefaultStopTimeout,
-		"on SIGTERM, how long running activities (trainer operations, image builds) may take to finish before they are cancelled and handed back retryable; a second signal stops at once")
+	registerPackageFlags()
 	var g gpuFlags
 	g.register()
 	flag.Parse()
