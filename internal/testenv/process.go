@@ -108,26 +108,16 @@ func (w *WorkerProcess) Start(tb testing.TB) {
 // inference server live on as orphans, as they would after a real crash.
 func (w *WorkerProcess) Kill9(tb testing.TB) {
 	tb.Helper()
-	w.mu.Lock()
-	cmd := w.cmd
-	w.cmd = nil
-	w.mu.Unlock()
-	if cmd == nil {
-		tb.Fatal("worker is not running")
-	}
+	cmd := w.running(tb)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		tb.Fatal(err)
 	}
 	cmd.Wait()
-	f, _ := os.OpenFile(w.Log, os.O_APPEND|os.O_WRONLY, 0o644)
-	fmt.Fprintf(f, "--- %s: killed with SIGKILL\n", time.Now().Format(time.RFC3339Nano))
-	f.Close()
+	w.logKill("killed with SIGKILL")
 }
 
-// KillGroup9 is a machine crash: SIGKILL to the worker's process group and
-// to its trainer's and inference server's (each runs in a group of its own),
-// all at once, so nothing of the worker survives.
-func (w *WorkerProcess) KillGroup9(tb testing.TB) {
+// running takes the worker's process out of w (it is about to die).
+func (w *WorkerProcess) running(tb testing.TB) *exec.Cmd {
 	tb.Helper()
 	w.mu.Lock()
 	cmd := w.cmd
@@ -136,15 +126,29 @@ func (w *WorkerProcess) KillGroup9(tb testing.TB) {
 	if cmd == nil {
 		tb.Fatal("worker is not running")
 	}
+	return cmd
+}
+
+// logKill notes a kill in the worker's log, where the test's reader looks.
+func (w *WorkerProcess) logKill(what string) {
+	f, _ := os.OpenFile(w.Log, os.O_APPEND|os.O_WRONLY, 0o644)
+	fmt.Fprintf(f, "--- %s: %s\n", time.Now().Format(time.RFC3339Nano), what)
+	f.Close()
+}
+
+// KillGroup9 is a machine crash: SIGKILL to the worker's process group and
+// to its trainer's and inference server's (each runs in a group of its own),
+// all at once, so nothing of the worker survives.
+func (w *WorkerProcess) KillGroup9(tb testing.TB) {
+	tb.Helper()
+	cmd := w.running(tb)
 	pids := w.GPUPIDs()
 	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	for _, pid := range pids {
 		syscall.Kill(-pid, syscall.SIGKILL)
 	}
 	cmd.Wait()
-	f, _ := os.OpenFile(w.Log, os.O_APPEND|os.O_WRONLY, 0o644)
-	fmt.Fprintf(f, "--- %s: killed its process groups with SIGKILL (worker %d, GPU processes %v)\n", time.Now().Format(time.RFC3339Nano), cmd.Process.Pid, pids)
-	f.Close()
+	w.logKill(fmt.Sprintf("killed its process groups with SIGKILL (worker %d, GPU processes %v)", cmd.Process.Pid, pids))
 }
 
 // Stop ends the worker gracefully (it stops its GPU processes), then makes
