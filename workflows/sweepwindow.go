@@ -1,11 +1,9 @@
 package workflows
 
 import (
-	"errors"
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -105,23 +103,12 @@ func ResultChunkKey(sweepID string, n int) string {
 // EvalReportKey is where a sweep's report is stored.
 func EvalReportKey(sweepID string) string { return "evals/" + ids.Clean(sweepID) + "/report.json" }
 
-type startedRollout struct {
-	f  workflow.ChildWorkflowFuture
-	in RolloutInput
-}
-
 // sweepWindow is the state of a windowed sweep's run.
 type sweepWindow struct {
 	w       *SweepWindow
 	page    TaskPage
 	pending []RolloutResult // results not yet in a chunk
-	// started: the rollouts this run started; cancelling the run's context
-	// cancels them, the others are cancelled by ID.
-	started     []startedRollout
-	startedHere map[string]bool
-	// stopReceiving ends receiveResults' goroutine once it has counted the
-	// report it holds.
-	stopReceiving func(ctx workflow.Context)
+	rw      *rolloutWindow
 }
 
 func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
@@ -131,7 +118,7 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 	if err := s.openWindow(ctx); err != nil {
 		return EvalSweepResult{}, err
 	}
-	s.receiveResults(ctx)
+	s.rw.receive(ctx)
 	every := s.in.ContinueEvery
 	if every == 0 {
 		every = DefaultContinueEvery
@@ -140,7 +127,7 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 		if err := s.await(ctx, func() bool { return len(s.w.InFlight) < s.width.limit() }); err != nil {
 			return EvalSweepResult{}, s.cancelled(ctx, err)
 		}
-		if len(s.started) >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if len(s.rw.started) >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			err := s.continueAsNew(ctx)
 			if !workflow.IsContinueAsNewError(err) {
 				err = s.failed(ctx, err)
@@ -189,7 +176,6 @@ func sweepActivityCtx(ctx workflow.Context, summary string) workflow.Context {
 // run, moves inline tasks to a manifest and reads its first page (a
 // missing, empty or malformed manifest fails the sweep here).
 func (s *evalSweep) openWindow(ctx workflow.Context) error {
-	s.startedHere = map[string]bool{}
 	if s.in.Window == nil {
 		if len(s.in.Tasks) > 0 {
 			var ref store.Ref
@@ -211,6 +197,7 @@ func (s *evalSweep) openWindow(ctx workflow.Context) error {
 		s.w.InFlight = map[string]int{}
 	}
 	s.pending, s.w.Pending = s.w.Pending, nil
+	s.rw = newRolloutWindow(s.w.InFlight, s.result)
 	return nil
 }
 
@@ -239,108 +226,22 @@ func (s *evalSweep) startNext(ctx workflow.Context) error {
 		Agent: s.in.Agent, TurnCap: s.in.TurnCap, S: s.in.S, AgentTimeoutSec: s.in.AgentTimeoutSec,
 		ReportToParent: true,
 	}
-	wid := ids.RolloutWorkflowID(ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, t.ID, attempt))
-	f := startRolloutWith(ctx, rin, fmt.Sprintf("%s #%d (%s)", t.Name, attempt, s.in.Agent.Kind), enumspb.PARENT_CLOSE_POLICY_ABANDON)
+	s.rw.start(ctx, rin, fmt.Sprintf("%s #%d (%s)", t.Name, attempt, s.in.Agent.Kind), i)
 	s.w.Next++
-	s.w.InFlight[wid] = i
-	s.started = append(s.started, startedRollout{f, rin})
-	s.startedHere[wid] = true
-	workflow.Go(ctx, func(ctx workflow.Context) { s.watch(ctx, f, rin) })
 	return nil
 }
 
-// watch counts what a rollout of this run cannot report itself: it never
-// started (its ID taken), or it was terminated or timed out.
-func (s *evalSweep) watch(ctx workflow.Context, f workflow.ChildWorkflowFuture, rin RolloutInput) {
-	if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
-		s.received(ctx, failedOutcome(rin, err))
-		return
-	}
-	err := f.Get(ctx, nil)
-	var term *temporal.TerminatedError
-	var timeout *temporal.TimeoutError
-	if errors.As(err, &term) || errors.As(err, &timeout) {
-		s.received(ctx, failedOutcome(rin, err))
-	}
-}
-
-// await waits for cond. Every OrphanCheckEvery it waits in vain while
-// rollouts that earlier runs started are in flight (this run watches its
-// own children's closes), it asks which of those closed without reporting
-// and counts each as an infra error (GetVersion eval-sweep-orphan-check).
+// await waits for cond, checking on rollouts of earlier runs that closed
+// without reporting (GetVersion eval-sweep-orphan-check; rolloutWindow.await).
 func (s *evalSweep) await(ctx workflow.Context, cond func() bool) error {
 	if workflow.GetVersion(ctx, "eval-sweep-orphan-check", workflow.DefaultVersion, 1) != 1 {
 		return workflow.Await(ctx, cond)
 	}
-	earlier := func() []string {
-		var ids []string
-		for _, wid := range sortedKeys(s.w.InFlight) {
-			if !s.startedHere[wid] {
-				ids = append(ids, wid)
-			}
-		}
-		return ids
-	}
-	for {
-		if len(earlier()) == 0 { // no timer (two events) per wait when there is nothing to check
-			return workflow.Await(ctx, cond)
-		}
-		ok, err := workflow.AwaitWithTimeout(ctx, OrphanCheckEvery, func() bool { return cond() || len(earlier()) == 0 })
-		if err != nil || (ok && cond()) {
-			return err
-		}
-		if ok { // the earlier runs' rollouts all reported: wait on without a timer
-			continue
-		}
-		wids := earlier()
-		var closed []ClosedRollout
-		if err := workflow.ExecuteActivity(sweepActivityCtx(ctx, "closed rollouts"), ActivityClosedRollouts, wids).Get(ctx, &closed); err != nil {
-			workflow.GetLogger(ctx).Warn("closed rollouts not checked", "error", err)
-			continue
-		}
-		for _, c := range closed {
-			// A report signalled before it closed is in history before
-			// this answer and was counted: received drops this one then.
-			r := failedOutcome(c.Input, temporal.NewApplicationError(fmt.Sprintf("rollout %s closed %s without reporting to the sweep", c.WorkflowID, c.Status), errs.Infra))
-			r.WorkflowID = c.WorkflowID
-			s.received(ctx, r)
-		}
-	}
+	return s.rw.await(ctx, cond)
 }
 
-// receiveResults takes the rollouts' reports as they come, until
-// stopReceiving.
-func (s *evalSweep) receiveResults(ctx workflow.Context) {
-	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
-	pctx, cancel := workflow.WithCancel(ctx)
-	stopped, settle := workflow.NewFuture(ctx)
-	s.stopReceiving = func(ctx workflow.Context) {
-		cancel()
-		_ = stopped.Get(ctx, nil)
-	}
-	workflow.Go(pctx, func(ctx workflow.Context) {
-		defer settle.Set(nil, nil)
-		for ctx.Err() == nil {
-			sel := workflow.NewSelector(ctx)
-			sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
-				var r RolloutResult
-				c.Receive(ctx, &r)
-				s.received(ctx, r)
-			})
-			sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
-			sel.Select(ctx)
-		}
-	})
-}
-
-// received counts a rollout's result once: a report of a rollout not in
-// flight (reported already) is dropped.
-func (s *evalSweep) received(ctx workflow.Context, r RolloutResult) {
-	if _, ok := s.w.InFlight[r.WorkflowID]; !ok {
-		workflow.GetLogger(ctx).Warn("result of a rollout not in flight dropped", "rollout", r.WorkflowID)
-		return
-	}
-	delete(s.w.InFlight, r.WorkflowID)
+// result counts a rollout's result (rolloutWindow.received passes each on once).
+func (s *evalSweep) result(_ workflow.Context, r RolloutResult, _ int) {
 	s.w.Done++
 	if r.Resolved {
 		s.w.Resolved++
@@ -367,28 +268,12 @@ func (s *evalSweep) flush(ctx workflow.Context) error {
 // started has started (or it might never start) and its results are in a
 // chunk; results that come in meanwhile travel in the window.
 func (s *evalSweep) continueAsNew(ctx workflow.Context) error {
-	for _, st := range s.started {
-		if err := st.f.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
-			// watch counts it too, maybe later; received drops the second.
-			s.received(ctx, failedOutcome(st.in, err))
-		}
-	}
+	s.rw.settleStarts(ctx)
 	if err := s.flush(ctx); err != nil {
 		return err
 	}
-	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+	if err := s.rw.drain(ctx); err != nil {
 		return s.cancelled(ctx, err)
-	}
-	// A report the receiver has taken from the channel is not in the
-	// channel any more: let it finish before draining, or it is lost.
-	s.stopReceiving(ctx)
-	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
-	for {
-		var r RolloutResult
-		if !ch.ReceiveAsync(&r) {
-			break
-		}
-		s.received(ctx, r)
 	}
 	s.w.Pending = s.pending
 	s.w.Runs++
@@ -409,30 +294,11 @@ func (s *evalSweep) failed(ctx workflow.Context, err error) error {
 	if ctx.Err() != nil { // the sweep was cancelled while a page or chunk was in flight
 		return s.cancelled(ctx, err)
 	}
-	s.cancelInFlight(ctx, func(string) bool { return true })
+	s.rw.cancelInFlight(ctx, func(string) bool { return true })
 	return err
 }
 
-// cancelled cancels the rollouts earlier runs started (cancelling this
-// run's context cancels its own) and returns err.
+// cancelled cancels the rollouts earlier runs started and returns err.
 func (s *evalSweep) cancelled(ctx workflow.Context, err error) error {
-	s.cancelInFlight(ctx, func(wid string) bool { return !s.startedHere[wid] })
-	return err
-}
-
-// cancelInFlight asks the in-flight rollouts that pick chooses to cancel,
-// in ID order, and waits for the requests to be delivered.
-func (s *evalSweep) cancelInFlight(ctx workflow.Context, pick func(string) bool) {
-	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	var fs []workflow.Future
-	for _, wid := range sortedKeys(s.w.InFlight) {
-		if pick(wid) {
-			fs = append(fs, workflow.RequestCancelExternalWorkflow(dctx, wid, ""))
-		}
-	}
-	for _, f := range fs {
-		if cerr := f.Get(dctx, nil); cerr != nil {
-			workflow.GetLogger(ctx).Warn("rollout not cancelled", "error", cerr)
-		}
-	}
+	return s.rw.cancelled(ctx, err)
 }
