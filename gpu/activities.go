@@ -60,7 +60,7 @@ func (a *Activities) TrainerPPOStep(ctx context.Context, in TrainInput) (Metrics
 }
 
 func (a *Activities) train(ctx context.Context, op string, in TrainInput) (Metrics, error) {
-	if in.Key == "" || len(in.Trajectories) == 0 {
+	if in.Key == "" || len(in.Trajectories)+len(in.Chunks) == 0 {
 		return nil, errs.BadInputf("%s: key and trajectories are required", op)
 	}
 	if err := a.checkLease(in.Key); err != nil {
@@ -130,9 +130,13 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", errs.Infraf("batch dir: %v", err)
 	}
+	trajs, err := a.batchOf(ctx, in)
+	if err != nil {
+		return "", err
+	}
 	var meta batchMeta
 	got := newBytesProgress("download batch")
-	for i, t := range in.Trajectories {
+	for i, t := range trajs {
 		b, err := a.Store.Get(ctx, t.Trajectory)
 		if err != nil {
 			var ce *store.ChecksumError
@@ -145,7 +149,7 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return "", errs.Infraf("write %s: %v", name, err)
 		}
-		got.moved(ctx, len(in.Trajectories), len(b))
+		got.moved(ctx, len(trajs), len(b))
 		meta.Trajectories = append(meta.Trajectories, batchEntry{File: name, Reward: t.Reward, PolicyVersion: t.PolicyVersion, TaskID: t.TaskID, Temperature: t.Temperature})
 	}
 	b, _ := json.Marshal(meta)
@@ -153,6 +157,32 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 		return "", errs.Infraf("write meta.json: %v", err)
 	}
 	return dir, nil
+}
+
+// batchOf is the batch's trajectories: those of its chunks, in order, then
+// the inline ones. A chunk that fails its checksum or does not parse is bad
+// input, named.
+func (a *Activities) batchOf(ctx context.Context, in TrainInput) ([]TrajectoryRef, error) {
+	if len(in.Chunks) == 0 {
+		return in.Trajectories, nil
+	}
+	var out []TrajectoryRef
+	for i, ref := range in.Chunks {
+		b, err := a.Store.Get(ctx, ref)
+		if err != nil {
+			var ce *store.ChecksumError
+			if errors.As(err, &ce) {
+				return nil, errs.BadInputf("chunks[%d] %s: %v", i, ref.URI, err)
+			}
+			return nil, errs.Infraf("chunks[%d] %s: %v", i, ref.URI, err)
+		}
+		var part []TrajectoryRef
+		if err := json.Unmarshal(b, &part); err != nil || len(part) == 0 {
+			return nil, errs.BadInputf("chunks[%d] %s: not a non-empty JSON array of trajectory refs (%v)", i, ref.URI, err)
+		}
+		out = append(out, part...)
+	}
+	return append(out, in.Trajectories...), nil
 }
 
 // TrainerSave writes a checkpoint and uploads it to the artifact store.

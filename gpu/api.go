@@ -90,6 +90,9 @@ type TrajectoryRef struct {
 type TrainInput struct {
 	Key          string          `json:"key"`
 	Trajectories []TrajectoryRef `json:"trajectories"`
+	// Chunks hold the rest of a batch too big for one payload: each a JSON
+	// array of TrajectoryRef in the store, read before Trajectories, in order.
+	Chunks []store.Ref `json:"chunks,omitempty"`
 	Preset       string          `json:"preset,omitempty"`
 	Hyper        map[string]any  `json:"hyper,omitempty"`
 }

@@ -45,3 +45,62 @@ func TestBatchMetaCarriesTemperature(t *testing.T) {
 		t.Errorf("an unrecorded temperature must be left to the trainer's default, not written as 0: %s", b)
 	}
 }
+
+// A batch too big for one payload comes as chunks in the store: the trainer's
+// batch is the chunks' trajectories in order, then the inline ones. A chunk
+// that was changed after it was written, or is not a list of trajectory
+// refs, is refused by name, never trained on.
+func TestBatchReadsChunksInOrderAndRefusesABadOne(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	traj := func(name string) TrajectoryRef {
+		ref, err := st.Put(ctx, name+".safetensors", strings.NewReader(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return TrajectoryRef{Trajectory: ref, TaskID: name}
+	}
+	chunk := func(key string, v any) store.Ref {
+		ref, err := store.PutJSON(ctx, st, key, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ref
+	}
+	c0 := chunk("c0.json", []TrajectoryRef{traj("a"), traj("b")})
+	c1 := chunk("c1.json", []TrajectoryRef{traj("c")})
+	a := &Activities{Store: st, WorkDir: t.TempDir()}
+	dir, err := a.materialize(ctx, TrainInput{Key: "k", Chunks: []store.Ref{c0, c1}, Trajectories: []TrajectoryRef{traj("d")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var order []string
+	for i := 0; i < 5; i++ {
+		b, err := os.ReadFile(filepath.Join(dir, "traj-0000"+string(rune('0'+i))+".safetensors"))
+		if err != nil {
+			break
+		}
+		order = append(order, string(b))
+	}
+	if strings.Join(order, "") != "abcd" {
+		t.Fatalf("batch files hold %v, want a b c d (chunks in order, then inline)", order)
+	}
+	// Overwritten after its ref was taken: the checksum no longer matches.
+	if _, err := st.Put(ctx, "c1.json", strings.NewReader(`[]`)); err != nil {
+		t.Fatal(err)
+	}
+	_, err = a.materialize(ctx, TrainInput{Key: "k", Chunks: []store.Ref{c0, c1}})
+	if err == nil || !strings.Contains(err.Error(), "chunks[1]") {
+		t.Fatalf("a changed chunk: %v, want an error naming chunks[1]", err)
+	}
+	bad := chunk("bad.json", map[string]int{"not": 1})
+	if _, err = a.materialize(ctx, TrainInput{Key: "k", Chunks: []store.Ref{bad}}); err == nil || !strings.Contains(err.Error(), "chunks[0]") {
+		t.Fatalf("a chunk that is no list: %v, want an error naming chunks[0]", err)
+	}
+	if _, err := a.train(ctx, "ppo_step", TrainInput{Key: "k"}); err == nil {
+		t.Fatal("a batch of no trajectories and no chunks was accepted")
+	}
+}

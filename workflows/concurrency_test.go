@@ -38,13 +38,7 @@ func watchRollouts(env *testsuite.TestWorkflowEnvironment, start time.Time) *win
 	w := &window{}
 	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
 	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).After(time.Minute).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
-		rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
-		res := RolloutResult{RolloutID: rid, WorkflowID: ids.RolloutWorkflowID(rid), TaskID: rin.Task.ID, Name: rin.Task.Name, Attempt: rin.Attempt,
-			Outcome: OutcomeResolved, Scored: true, Resolved: true, Reward: 1, Trajectory: &traj, PolicyVersions: []string{"v0"}}
-		if rin.ReportToParent {
-			reportToParent(ctx, rin, res, nil)
-		}
-		return res, nil
+		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Resolved: true, Reward: 1, Trajectory: &traj, PolicyVersions: []string{"v0"}})
 	})
 	env.SetOnChildWorkflowStartedListener(func(info *workflow.Info, _ workflow.Context, _ converter.EncodedValues) {
 		if info.WorkflowType.Name == "RolloutWorkflow" {
@@ -59,6 +53,18 @@ func watchRollouts(env *testsuite.TestWorkflowEnvironment, start time.Time) *win
 		}
 	})
 	return w
+}
+
+// mockedRollout is what a mocked RolloutWorkflow returns: res with the
+// rollout's IDs and task filled in, reported to a parent that asked
+// (RolloutInput.ReportToParent) as the real one does.
+func mockedRollout(ctx workflow.Context, rin RolloutInput, res RolloutResult) (RolloutResult, error) {
+	rid := ids.RolloutID(rin.CampaignID, rin.Stage, rin.Step, rin.Task.ID, rin.Attempt)
+	res.RolloutID, res.WorkflowID, res.TaskID, res.Name, res.Attempt = rid, ids.RolloutWorkflowID(rid), rin.Task.ID, rin.Task.Name, rin.Attempt
+	if rin.ReportToParent {
+		reportToParent(ctx, rin, res, nil)
+	}
+	return res, nil
 }
 
 // checkWindow asserts the shape every test below drives: 8 one-minute

@@ -11,6 +11,7 @@ import (
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -70,6 +71,11 @@ type RolloutBatch struct {
 	// Trainer is the campaign's pinned trainer (trainer_pin.go); nil: the
 	// shared GPU queue.
 	Trainer *gpu.TrainerRef `json:"trainer,omitempty"`
+	// ContinueEvery: the workflow continues as new after starting this many
+	// rollouts in one run (0: DefaultContinueEvery); Window is the
+	// collection in progress it hands over (batchwindow.go).
+	ContinueEvery int          `json:"continue_every,omitempty"`
+	Window        *BatchWindow `json:"window,omitempty"`
 }
 
 // PPOStepInput is one PPO step: the batch and the step's training settings.
@@ -80,22 +86,37 @@ type PPOStepInput struct {
 	Hyper          map[string]any `json:"hyper,omitempty"`
 }
 
-// collected is a batch of trajectories and the rollouts left out of it.
+// collected is a batch of trajectories and the rollouts left out of it. A
+// batch too big for one payload is in the store in chunks (a windowed
+// collection, batchwindow.go); the counts travel from run to run.
 type collected struct {
-	batch                  []gpu.TrajectoryRef
-	rollouts               int
-	aborted, failed, stale int
-	rerouted, rerouteTrajs int
-	tampered               int // in the batch, at reward 0: behaviour to train away
-	reward, turns          float64
-	resolved               int
-	retries                []int // samples by the retries they took
+	batch  []gpu.TrajectoryRef
+	chunks []store.Ref
+	Counts
+}
+
+// Counts are a collection's outcomes so far.
+type Counts struct {
+	Rollouts     int     `json:"rollouts"`
+	Trained      int     `json:"trained"` // in the batch, inline or in a chunk
+	Aborted      int     `json:"aborted"`
+	Failed       int     `json:"failed"`
+	Stale        int     `json:"stale"`
+	Rerouted     int     `json:"rerouted"`
+	RerouteTrajs int     `json:"reroute_trajectories"`
+	Tampered     int     `json:"tampered"` // in the batch, at reward 0: behaviour to train away
+	Reward       float64 `json:"reward"`
+	Turns        float64 `json:"turns"`
+	Resolved     int     `json:"resolved"`
+	Retries      []int   `json:"retries,omitempty"` // samples by the retries they took
 }
 
 // collect runs one rollout per task, at most width at a time, and keeps the
 // trajectories sampled by the expected policy version; aborted, failed and
-// stale rollouts are counted.
-func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int, width *concurrency) (collected, error) {
+// stale rollouts are counted. cont is the continue-as-new error that hands
+// a windowed collection to the workflow's next run.
+func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int, width *concurrency,
+	cont func(*BatchWindow) error) (collected, error) {
 	var out collected
 	if !(b.Agent.Temperature > 0) {
 		// Greedy rollouts have no sampling distribution for the trainer's ratio.
@@ -111,6 +132,11 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 	// Version 1 starts aborted rollouts again until the deadline; histories
 	// before it left them out after the rollout's own sandbox attempts.
 	if workflow.GetVersion(ctx, "retry-aborted-rollouts", workflow.DefaultVersion, 1) == 1 {
+		// Version 1 continues as new with rollouts in flight; histories
+		// before it collected in one run.
+		if workflow.GetVersion(ctx, "step-continue-as-new", workflow.DefaultVersion, 1) == 1 {
+			return collectWindowed(ctx, b, stage, step, running, width, cont)
+		}
 		return collectRetrying(ctx, b, stage, step, attempt, running, width)
 	}
 	err := slidingWindow(ctx, len(b.Tasks), width, running,
@@ -203,37 +229,38 @@ func rotate(urls []string, k int) []string {
 	return append(append([]string{}, urls[k:]...), urls[:k]...)
 }
 
-func (c *collected) took(retries int) {
-	for len(c.retries) <= retries {
-		c.retries = append(c.retries, 0)
+func (c *Counts) took(retries int) {
+	for len(c.Retries) <= retries {
+		c.Retries = append(c.Retries, 0)
 	}
-	c.retries[retries]++
+	c.Retries[retries]++
 }
 
 func (c *collected) add(r RolloutResult, version string, temperature float64) {
-	c.rollouts++
+	c.Rollouts++
 	switch {
 	case r.Outcome == OutcomeAborted:
-		c.aborted++
+		c.Aborted++
 	case !r.Scored || r.Trajectory == nil:
-		c.failed++
+		c.Failed++
 	case len(r.PolicyVersions) != 1 || r.PolicyVersions[0] != version:
 		// Sampled by another policy version: never trained on.
-		c.stale++
+		c.Stale++
 	default:
 		if r.Outcome == OutcomeTampered {
-			c.tampered++
+			c.Tampered++
 		}
 		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
-		c.reward += r.Reward
+		c.Trained++
+		c.Reward += r.Reward
 		if r.Resolved {
-			c.resolved++
+			c.Resolved++
 		}
-		c.rerouted += r.Rerouted
+		c.Rerouted += r.Rerouted
 		if r.Rerouted > 0 {
-			c.rerouteTrajs++
+			c.RerouteTrajs++
 		}
-		c.turns += float64(r.Turns)
+		c.Turns += float64(r.Turns)
 	}
 }
 
@@ -268,28 +295,32 @@ func (p *ppoStep) status() Progress {
 
 func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	in := p.in
-	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, p.width)
+	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, p.width, func(w *BatchWindow) error {
+		next := p.in
+		next.Window, next.Concurrency = w, p.width.limit()
+		return workflow.NewContinueAsNewError(ctx, PPOStepWorkflow, next)
+	})
 	if err != nil {
 		return StepRecord{}, err
 	}
-	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.rollouts, Trained: len(col.batch), Aborted: col.aborted, Failed: col.failed, Stale: col.stale,
-		Rerouted: col.rerouted, RerouteTrajectories: col.rerouteTrajs, Tampered: col.tampered, Retries: col.retries, RetriesMax: max(len(col.retries)-1, 0)}
-	excluded := col.aborted + col.failed + col.stale
-	if col.rollouts == 0 || len(col.batch) == 0 || float64(excluded)/float64(col.rollouts) > in.MaxFailedShare {
-		aborted := fmt.Sprintf("aborted %d", col.aborted)
-		if col.retries != nil && col.aborted > 0 {
+	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.Rollouts, Trained: col.Trained, Aborted: col.Aborted, Failed: col.Failed, Stale: col.Stale,
+		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0)}
+	excluded := col.Aborted + col.Failed + col.Stale
+	if col.Rollouts == 0 || col.Trained == 0 || float64(excluded)/float64(col.Rollouts) > in.MaxFailedShare {
+		aborted := fmt.Sprintf("aborted %d", col.Aborted)
+		if col.Retries != nil && col.Aborted > 0 {
 			aborted += " still at the step deadline after retries"
 		}
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"PPO step %d: %d of %d rollouts left out (%s, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
-			in.Step, excluded, col.rollouts, aborted, col.failed, col.stale, in.MaxFailedShare), errs.PartialBatch, nil)
+			in.Step, excluded, col.Rollouts, aborted, col.Failed, col.Stale, in.MaxFailedShare), errs.PartialBatch, nil)
 	}
-	rec.RewardMean = col.reward / float64(len(col.batch))
-	rec.ResolvedRate = float64(col.resolved) / float64(len(col.batch))
-	rec.MeanTurns = col.turns / float64(len(col.batch))
-	gctx := trainerCtx(ctx, in.Trainer, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, len(col.batch)))
+	rec.RewardMean = col.Reward / float64(col.Trained)
+	rec.ResolvedRate = float64(col.Resolved) / float64(col.Trained)
+	rec.MeanTurns = col.Turns / float64(col.Trained)
+	gctx := trainerCtx(ctx, in.Trainer, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, col.Trained))
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
-		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Preset: in.Preset, Hyper: in.Hyper,
+		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Chunks: col.chunks, Preset: in.Preset, Hyper: in.Hyper,
 	}).Get(ctx, &rec.Metrics)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("trained on %d of %d rollouts, reward %.3f, at most %d retries after aborts", rec.Trained, rec.Rollouts, rec.RewardMean, rec.RetriesMax))
 	return rec, trainerGone(err, in.Trainer)

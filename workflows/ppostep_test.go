@@ -39,11 +39,11 @@ func newStepRig(t *testing.T, aborted func(RolloutInput) bool) *stepRig {
 	r.env.RegisterActivity(&gpu.Activities{})
 	Register(r.env)
 	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
-	r.env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).After(time.Minute).Return(func(_ workflow.Context, rin RolloutInput) (RolloutResult, error) {
+	r.env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).After(time.Minute).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
 		if aborted(rin) {
-			return RolloutResult{TaskID: rin.Task.ID, Attempt: rin.Attempt, Outcome: OutcomeAborted, SandboxAttempts: 3, Error: "RoutingMissing: no routed experts"}, nil
+			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeAborted, SandboxAttempts: 3, Error: "RoutingMissing: no routed experts"})
 		}
-		return RolloutResult{TaskID: rin.Task.ID, Attempt: rin.Attempt, Outcome: OutcomeResolved, Scored: true, Reward: 1, Trajectory: &traj, PolicyVersions: []string{"v0"}}, nil
+		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 1, Trajectory: &traj, PolicyVersions: []string{"v0"}})
 	})
 	r.env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
 		var rin RolloutInput

@@ -9,6 +9,7 @@ import (
 
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/store"
 )
 
 // WarmupInput is the critic warm-up: rollouts of the frozen initial policy, then critic_fit.
@@ -22,6 +23,19 @@ type WarmupInput struct {
 	// critic_warmup.require_gate = false), for policies whose rollouts all
 	// score the same, where EV is undefined.
 	Advisory bool `json:"advisory,omitempty"`
+	// Resume is where a run that continued as new left off (its
+	// collection in progress is RolloutBatch.Window).
+	Resume *WarmupResume `json:"resume,omitempty"`
+}
+
+// WarmupResume is a warm-up handed from run to run: the round and epoch in
+// progress, the result so far and the round's batch of the epochs before.
+type WarmupResume struct {
+	Round  int                 `json:"round"`
+	Epoch  int                 `json:"epoch"`
+	Result WarmupResult        `json:"result"`
+	Batch  []gpu.TrajectoryRef `json:"batch,omitempty"`
+	Chunks []store.Ref         `json:"chunks,omitempty"`
 }
 
 // WarmupRound is one round's explained variance: Before is measured on the
@@ -74,7 +88,11 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 	if heldOut {
 		rounds = max(in.MaxRounds, 2)
 	}
-	for round := 1; round <= rounds; round++ {
+	first := 1
+	if in.Resume != nil {
+		w.res, first = in.Resume.Result, in.Resume.Round
+	}
+	for round := first; round <= rounds; round++ {
 		w.res.Rounds = round
 		m, err := w.round(ctx, gctx, round)
 		if err != nil {
@@ -100,20 +118,30 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, error) {
 	in, res := w.in, &w.res
 	var batch []gpu.TrajectoryRef
-	for e := 0; e < max(in.Epochs, 1); e++ {
-		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*max(in.Epochs, 1)+e, &w.running, w.width)
+	var chunks []store.Ref
+	epochs, first := max(in.Epochs, 1), 0
+	if r := in.Resume; r != nil && r.Round == round {
+		batch, chunks, first = r.Batch, r.Chunks, r.Epoch
+	}
+	for e := first; e < epochs; e++ {
+		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*epochs+e, &w.running, w.width, func(win *BatchWindow) error {
+			next := w.in
+			next.Window, next.Concurrency = win, w.width.limit()
+			next.Resume = &WarmupResume{Round: round, Epoch: e, Result: w.res, Batch: batch, Chunks: chunks}
+			return workflow.NewContinueAsNewError(ctx, CriticWarmupWorkflow, next)
+		})
 		if err != nil {
 			return nil, err
 		}
-		res.Aborted, res.Failed, res.Stale = res.Aborted+col.aborted, res.Failed+col.failed, res.Stale+col.stale
-		batch = append(batch, col.batch...)
+		res.Aborted, res.Failed, res.Stale = res.Aborted+col.Aborted, res.Failed+col.Failed, res.Stale+col.Stale
+		batch, chunks = append(batch, col.batch...), append(chunks, col.chunks...)
 	}
-	if len(batch) == 0 {
+	if len(batch)+len(chunks) == 0 {
 		return nil, temporal.NewNonRetryableApplicationError("critic warm-up: no usable rollout", errs.PartialBatch, nil)
 	}
 	var m gpu.Metrics
 	err := workflow.ExecuteActivity(gctx, gact.TrainerCriticFit, gpu.TrainInput{
-		Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
+		Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Chunks: chunks, Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
 	}).Get(ctx, &m)
 	return m, err
 }

@@ -24,8 +24,8 @@ func warmupEnv(t *testing.T, in WarmupInput, fits ...gpu.Metrics) (*testsuite.Te
 	env.RegisterActivity(&gpu.Activities{})
 	Register(env)
 	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
-	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, rin RolloutInput) (RolloutResult, error) {
-		return RolloutResult{TaskID: rin.Task.ID, Outcome: OutcomeResolved, Scored: true, Reward: 0.5, Trajectory: &traj, PolicyVersions: []string{"v0"}}, nil
+	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
+		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 0.5, Trajectory: &traj, PolicyVersions: []string{"v0"}})
 	})
 	fitted := 0
 	env.OnActivity(gact.TrainerCriticFit, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
