@@ -273,12 +273,12 @@ func (e *env) serve(ctx context.Context) (c client.Client, stop func(), err erro
 	return c, func() { roles.Stop(ws); dev.Stop() }, nil
 }
 
-func startDevServer(ctx context.Context, state string) (*testsuite.DevServer, error) {
+func startDevServer(ctx context.Context, state string, extra ...string) (*testsuite.DevServer, error) {
 	bin := os.Getenv("T1FLOW_TEMPORAL_BIN")
 	if bin == "" {
 		bin = filepath.Join(state, "bin", "temporal")
 	}
-	args := []string{"--dynamic-config-value", "system.enableActivityEagerExecution=true"}
+	args := append([]string{"--dynamic-config-value", "system.enableActivityEagerExecution=true"}, extra...)
 	for _, sa := range ids.SearchAttributeFlags {
 		args = append(args, "--search-attribute", sa)
 	}

@@ -92,9 +92,9 @@ type TrainInput struct {
 	Trajectories []TrajectoryRef `json:"trajectories"`
 	// Chunks hold the rest of a batch too big for one payload: each a JSON
 	// array of TrajectoryRef in the store, read before Trajectories, in order.
-	Chunks []store.Ref `json:"chunks,omitempty"`
-	Preset       string          `json:"preset,omitempty"`
-	Hyper        map[string]any  `json:"hyper,omitempty"`
+	Chunks []store.Ref    `json:"chunks,omitempty"`
+	Preset string         `json:"preset,omitempty"`
+	Hyper  map[string]any `json:"hyper,omitempty"`
 }
 
 // SaveInput names the checkpoint to write.
