@@ -48,6 +48,7 @@ func main() {
 	flag.IntVar(&so.tasks, "scale-tasks", 1000, "-only scale: tasks in the manifest (rollouts = tasks × attempts)")
 	flag.IntVar(&so.concurrency, "scale-concurrency", 256, "-only scale: the sweep's window")
 	flag.DurationVar(&so.sleep, "scale-sleep", 20*time.Millisecond, "-only scale: how long each sleep-backend sandbox activity sleeps")
+	flag.BoolVar(&so.dbFile, "scale-db-file", false, "-only scale: the dev server keeps its SQLite in a file (in memory by default: ~0.13 MB per rollout)")
 	flag.Parse()
 	if *auditOnly {
 		*only = "audit"
