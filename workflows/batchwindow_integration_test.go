@@ -156,3 +156,81 @@ func handedOver(t *testing.T, c client.Client, wid, runID string) int {
 	t.Fatalf("run %s of %s has no close event", runID, wid)
 	return 0
 }
+
+// TestWarmupContinuesAsNewMidRound: a critic warm-up of 2 rounds × 2
+// epochs over 2 tasks, continuing as new after every rollout it starts, so
+// runs hand over rounds and epochs in progress. Each critic_fit gets its
+// round's 4 trajectories (each task once per epoch) under its own key, the
+// gate reads round 2's held-out EV, and every rollout ran once.
+func TestWarmupContinuesAsNewMidRound(t *testing.T) {
+	r := newRig(t, true)
+	inf := inference(t, "--seed", "0")
+	refs := r.load(t, "../examples/tasks/log-level-counter", "../examples/tasks/csv-revenue-report")
+	var mu sync.Mutex
+	fits := map[string][]string{} // key -> task IDs trained on
+	gw := worker.New(r.c, ids.GPUQueue, worker.Options{})
+	gw.RegisterActivityWithOptions(func(ctx context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		var tasks []string
+		for _, tr := range in.Trajectories {
+			tasks = append(tasks, tr.TaskID)
+		}
+		fits[in.Key] = tasks
+		return gpu.Metrics{"explained_variance_before": 0.5, "explained_variance": 0.9}, nil
+	}, activity.RegisterOptions{Name: "TrainerCriticFit"})
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer gw.Stop()
+	campaign := fmt.Sprintf("warm-%d", time.Now().UnixNano())
+	in := workflows.WarmupInput{RolloutBatch: workflows.RolloutBatch{Campaign: campaign, KeyPrefix: campaign + "/", Tasks: refs, Version: "random-0",
+		Agent:   activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{inf.URL()}, MaxNewTokens: 8, Temperature: 1},
+		TurnCap: 1, S: 20, Concurrency: 2, DeadlineMinutes: 10, ContinueEvery: 1}, Epochs: 2, FitEpochs: 1, Gate: 0.3, MaxRounds: 2}
+	wid := campaign + "/warmup"
+	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue}, workflows.CriticWarmupWorkflow, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	firstRun := run.GetRunID()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	var res workflows.WarmupResult
+	if err := run.Get(ctx, &res); err != nil {
+		t.Fatalf("warm-up: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if res.Rounds != 2 || res.WarmEV == nil || *res.WarmEV != 0.5 || len(res.History) != 2 || res.Failed+res.Aborted+res.Stale != 0 {
+		t.Fatalf("warm-up result %+v: want the gate passed in round 2 on held-out EV 0.5, nothing left out", res)
+	}
+	for round := 1; round <= 2; round++ {
+		key := fmt.Sprintf("%scritic/%d", in.KeyPrefix, round)
+		seen := map[string]int{}
+		for _, id := range fits[key] {
+			seen[id]++
+		}
+		if len(fits[key]) != 4 || seen[refs[0].ID] != 2 || seen[refs[1].ID] != 2 {
+			t.Errorf("critic_fit %s trained on %v: want each task once per epoch (4)", key, fits[key])
+		}
+	}
+	if len(fits) != 2 {
+		t.Errorf("critic_fit ran under %d keys, want 2: %v", len(fits), fits)
+	}
+	resp, err := r.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", wid), PageSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if runs := len(resp.Executions); runs < 5 {
+		t.Errorf("the warm-up ran in %d runs, want at least 5 (8 rollouts, continuing as new after each start)", runs)
+	}
+	resp, err = r.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowType = 'RolloutWorkflow' AND CampaignID = '%s'", campaign), PageSize: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.Executions); n != 8 {
+		t.Errorf("%d rollout workflows ran, want 8 (2 rounds × 2 epochs × 2 tasks)", n)
+	}
+	recordRun(t, r.c, wid, firstRun, "testdata/warmup_continued_as_new.json")
+	recordHistory(t, r.c, wid, "testdata/warmup_after_continue.json")
+}

@@ -69,8 +69,9 @@ func mustOpen(t *testing.T, f string) *os.File {
 // TestEveryWorkflowTypeHasARecordedHistory: a workflow type registered in All
 // without a recorded history would change unguarded. Record one (the
 // T1FLOW_RECORD_HISTORY=1 integration tests) when adding a type. Also kept:
-// a failed run (an error path) and, of the campaign and of the eval sweep,
-// a run that continued as new and one started by continue-as-new.
+// a failed run (an error path) and, of the campaign, the eval sweep, the PPO
+// step and the critic warm-up, a run that continued as new and one started
+// by continue-as-new.
 func TestEveryWorkflowTypeHasARecordedHistory(t *testing.T) {
 	shapes := recordedShapes(t)
 	has := map[string]bool{}
@@ -90,7 +91,7 @@ func TestEveryWorkflowTypeHasARecordedHistory(t *testing.T) {
 	if !failed {
 		t.Error("no recorded history of a failed workflow (an error path)")
 	}
-	for _, w := range []string{"CampaignWorkflow", "EvalSweepWorkflow"} {
+	for _, w := range []string{"CampaignWorkflow", "EvalSweepWorkflow", "PPOStepWorkflow", "CriticWarmupWorkflow"} {
 		if !continuedAsNew[w] || !continued[w] {
 			t.Errorf("no recorded %s run that continued as new (%v) or was started by it (%v)", w, continuedAsNew[w], continued[w])
 		}
