@@ -32,7 +32,7 @@ type BatchWindow struct {
 	Retries []int          `json:"retries"` // per sample, starts after an abort
 	// InFlight: rollout workflow ID -> sample, started and not reported.
 	InFlight map[string]int      `json:"in_flight"`
-	Counts   Counts              `json:"counts"`
+	Counts   BatchCounts         `json:"counts"`
 	Pending  []gpu.TrajectoryRef `json:"pending,omitempty"` // batch not yet in a chunk
 	Chunks   []store.Ref         `json:"chunks,omitempty"`
 	Runs     int                 `json:"runs"` // runs before this one
@@ -167,10 +167,10 @@ func (bw *batchWindow) result(ctx workflow.Context, r RolloutResult, i int) {
 			return
 		}
 	}
-	c := collected{Counts: w.Counts}
+	c := collected{BatchCounts: w.Counts}
 	c.add(r, bw.b.Version, bw.b.Agent.Temperature)
 	c.took(w.Retries[i])
-	w.Counts, w.Pending = c.Counts, append(w.Pending, c.batch...)
+	w.Counts, w.Pending = c.BatchCounts, append(w.Pending, c.batch...)
 }
 
 // wake moves sample e.Sample to the front of Ready at e.Due.
@@ -211,7 +211,7 @@ func (bw *batchWindow) flush(ctx workflow.Context) error {
 // collected is the finished collection: the chunks stored, then the rest
 // (under FlushEvery refs) inline.
 func (bw *batchWindow) collected() collected {
-	return collected{batch: bw.w.Pending, chunks: bw.w.Chunks, Counts: bw.w.Counts}
+	return collected{batch: bw.w.Pending, chunks: bw.w.Chunks, BatchCounts: bw.w.Counts}
 }
 
 // continueAsNew hands the window to the next run once every rollout this

@@ -92,11 +92,11 @@ type PPOStepInput struct {
 type collected struct {
 	batch  []gpu.TrajectoryRef
 	chunks []store.Ref
-	Counts
+	BatchCounts
 }
 
-// Counts are a collection's outcomes so far.
-type Counts struct {
+// BatchCounts are a collection's outcomes so far.
+type BatchCounts struct {
 	Rollouts     int     `json:"rollouts"`
 	Trained      int     `json:"trained"` // in the batch, inline or in a chunk
 	Aborted      int     `json:"aborted"`
@@ -229,7 +229,7 @@ func rotate(urls []string, k int) []string {
 	return append(append([]string{}, urls[k:]...), urls[:k]...)
 }
 
-func (c *Counts) took(retries int) {
+func (c *BatchCounts) took(retries int) {
 	for len(c.Retries) <= retries {
 		c.Retries = append(c.Retries, 0)
 	}
