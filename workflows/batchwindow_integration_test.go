@@ -18,6 +18,7 @@ import (
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
@@ -40,8 +41,7 @@ func TestPPOStepContinuesAsNewWithRolloutsInFlight(t *testing.T) {
 	var mu sync.Mutex
 	var got gpu.TrainInput
 	var tasks []string
-	gw := worker.New(r.c, ids.GPUQueue, worker.Options{})
-	gw.RegisterActivityWithOptions(func(ctx context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
+	fakeTrainer(t, r, "TrainerPPOStep", func(ctx context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		got, tasks = in, nil
@@ -62,28 +62,14 @@ func TestPPOStepContinuesAsNewWithRolloutsInFlight(t *testing.T) {
 			tasks = append(tasks, tr.TaskID)
 		}
 		return gpu.Metrics{"policy_loss": 0.0}, nil
-	}, activity.RegisterOptions{Name: "TrainerPPOStep"})
-	if err := gw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Stop()
+	})
 
 	campaign := fmt.Sprintf("can-%d", time.Now().UnixNano())
-	in := workflows.PPOStepInput{RolloutBatch: workflows.RolloutBatch{Campaign: campaign, KeyPrefix: campaign + "/", Tasks: refs, Version: "random-0",
-		Agent:   activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{inf.URL()}, MaxNewTokens: 8, Temperature: 1},
-		TurnCap: 1, S: 20, Concurrency: 2, DeadlineMinutes: 10, ContinueEvery: 1}, Step: 1, MaxFailedShare: 0}
+	in := workflows.PPOStepInput{RolloutBatch: everyStart(campaign, refs, inf.URL()), Step: 1, MaxFailedShare: 0}
 	wid := ids.PPOStepWorkflowID(campaign, 1)
-	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue}, workflows.PPOStepWorkflow, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	firstRun := run.GetRunID()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	var rec workflows.StepRecord
-	if err := run.Get(ctx, &rec); err != nil {
-		t.Fatalf("PPO step: %v", err)
-	}
+	firstRun := runToEnd(t, r.c, wid, workflows.PPOStepWorkflow, in, &rec)
+	ctx := context.Background()
 	mu.Lock()
 	defer mu.Unlock()
 	retried := 0
@@ -130,6 +116,44 @@ func TestPPOStepContinuesAsNewWithRolloutsInFlight(t *testing.T) {
 	recordHistory(t, r.c, wid, "testdata/ppo_after_continue.json")
 }
 
+// fakeTrainer serves the trainer activity name on the GPU queue with fn:
+// what a workflow hands the trainer, recorded.
+func fakeTrainer(t *testing.T, r *rig, name string, fn func(context.Context, gpu.TrainInput) (gpu.Metrics, error)) {
+	t.Helper()
+	gw := worker.New(r.c, ids.GPUQueue, worker.Options{})
+	gw.RegisterActivityWithOptions(fn, activity.RegisterOptions{Name: name})
+	if err := gw.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Stop)
+}
+
+// everyStart is a batch of policy rollouts on the replica at url, 2 at a
+// time, whose workflow continues as new after every rollout it starts.
+func everyStart(campaign string, refs []task.Ref, url string) workflows.RolloutBatch {
+	return workflows.RolloutBatch{Campaign: campaign, KeyPrefix: campaign + "/", Tasks: refs, Version: "random-0",
+		Agent:   activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{url}, MaxNewTokens: 8, Temperature: 1},
+		TurnCap: 1, S: 20, Concurrency: 2, DeadlineMinutes: 10, ContinueEvery: 1}
+}
+
+// runToEnd starts workflow wf as wid on the control queue, waits (10
+// minutes at most) for the end of its chain of runs into out, and returns
+// the first run's ID.
+func runToEnd(t *testing.T, c client.Client, wid string, wf, in, out any) string {
+	t.Helper()
+	run, err := c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue}, wf, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := run.GetRunID() // Get follows the chain to the last run
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	if err := run.Get(ctx, out); err != nil {
+		t.Fatalf("%s: %v", wid, err)
+	}
+	return first
+}
+
 // handedOver is how many rollouts run runID of wid handed to the next run
 // (its continue-as-new input's window).
 func handedOver(t *testing.T, c client.Client, wid, runID string) int {
@@ -168,8 +192,7 @@ func TestWarmupContinuesAsNewMidRound(t *testing.T) {
 	refs := r.load(t, "../examples/tasks/log-level-counter", "../examples/tasks/csv-revenue-report")
 	var mu sync.Mutex
 	fits := map[string][]string{} // key -> task IDs trained on
-	gw := worker.New(r.c, ids.GPUQueue, worker.Options{})
-	gw.RegisterActivityWithOptions(func(ctx context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
+	fakeTrainer(t, r, "TrainerCriticFit", func(ctx context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		var tasks []string
@@ -178,27 +201,13 @@ func TestWarmupContinuesAsNewMidRound(t *testing.T) {
 		}
 		fits[in.Key] = tasks
 		return gpu.Metrics{"explained_variance_before": 0.5, "explained_variance": 0.9}, nil
-	}, activity.RegisterOptions{Name: "TrainerCriticFit"})
-	if err := gw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Stop()
+	})
 	campaign := fmt.Sprintf("warm-%d", time.Now().UnixNano())
-	in := workflows.WarmupInput{RolloutBatch: workflows.RolloutBatch{Campaign: campaign, KeyPrefix: campaign + "/", Tasks: refs, Version: "random-0",
-		Agent:   activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{inf.URL()}, MaxNewTokens: 8, Temperature: 1},
-		TurnCap: 1, S: 20, Concurrency: 2, DeadlineMinutes: 10, ContinueEvery: 1}, Epochs: 2, FitEpochs: 1, Gate: 0.3, MaxRounds: 2}
+	in := workflows.WarmupInput{RolloutBatch: everyStart(campaign, refs, inf.URL()), Epochs: 2, FitEpochs: 1, Gate: 0.3, MaxRounds: 2}
 	wid := campaign + "/warmup"
-	run, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue}, workflows.CriticWarmupWorkflow, in)
-	if err != nil {
-		t.Fatal(err)
-	}
-	firstRun := run.GetRunID()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
 	var res workflows.WarmupResult
-	if err := run.Get(ctx, &res); err != nil {
-		t.Fatalf("warm-up: %v", err)
-	}
+	firstRun := runToEnd(t, r.c, wid, workflows.CriticWarmupWorkflow, in, &res)
+	ctx := context.Background()
 	mu.Lock()
 	defer mu.Unlock()
 	if res.Rounds != 2 || res.WarmEV == nil || *res.WarmEV != 0.5 || len(res.History) != 2 || res.Failed+res.Aborted+res.Stale != 0 {

@@ -10,9 +10,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
-	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/t1flow/t1flow/activities"
@@ -34,17 +32,12 @@ func TestPPOStepRetriesRolloutAbortedByFlakyReplica(t *testing.T) {
 	// The trainer: only what the step hands it.
 	var mu sync.Mutex
 	trained := -1
-	gw := worker.New(r.c, ids.GPUQueue, worker.Options{})
-	gw.RegisterActivityWithOptions(func(_ context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
+	fakeTrainer(t, r, "TrainerPPOStep", func(_ context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
 		mu.Lock()
 		defer mu.Unlock()
 		trained = len(in.Trajectories)
 		return gpu.Metrics{"policy_loss": 0.0}, nil
-	}, activity.RegisterOptions{Name: "TrainerPPOStep"})
-	if err := gw.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer gw.Stop()
+	})
 
 	campaign := fmt.Sprintf("retry-%d", time.Now().UnixNano())
 	in := workflows.PPOStepInput{RolloutBatch: workflows.RolloutBatch{Campaign: campaign, KeyPrefix: campaign + "/", Tasks: refs, Version: "random-0",
