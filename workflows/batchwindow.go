@@ -100,7 +100,7 @@ func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step in
 	}
 	for {
 		if err := bw.rw.await(ctx, func() bool { return bw.canStart() || bw.finished() }); err != nil {
-			return collected{}, bw.rw.cancelled(ctx, err)
+			return collected{}, bw.failed(ctx, err)
 		}
 		if bw.finished() {
 			// The next collection of this run (a warm-up's) has a receiver of its own.
@@ -223,19 +223,16 @@ func (bw *batchWindow) continueAsNew(ctx workflow.Context, cont func(*BatchWindo
 		return bw.failed(ctx, err)
 	}
 	if err := bw.rw.drain(ctx); err != nil {
-		return bw.rw.cancelled(ctx, err)
+		return bw.failed(ctx, err)
 	}
 	bw.w.Runs++
 	return cont(bw.w)
 }
 
-// failed: the collection cannot go on (its batch could not be stored):
-// every rollout in flight is asked to cancel, so a rerun finds no orphan
-// holding its IDs.
+// failed: the collection cannot go on (it was cancelled, or its batch could
+// not be stored): every rollout in flight is asked to cancel, this run's
+// once started, so none runs on and a rerun finds no orphan holding its IDs.
 func (bw *batchWindow) failed(ctx workflow.Context, err error) error {
-	if ctx.Err() != nil {
-		return bw.rw.cancelled(ctx, err)
-	}
-	bw.rw.cancelInFlight(ctx, func(string) bool { return true })
+	bw.rw.cancelAll(ctx)
 	return err
 }

@@ -11,6 +11,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -145,6 +146,35 @@ func TestCampaignsOnOneTrainerNeverShareWeights(t *testing.T) {
 	if n := strings.Count(string(log), "init random seed=3"); n != 2 {
 		t.Errorf("ops.log has %d inits of seed 3, want 2 (one per campaign):\n%s", n, log)
 	}
+	// The second campaign was cancelled as its warm-up started its
+	// rollouts: none may run on (they are started ABANDON).
+	r.noRolloutRunsOn(t, a.Name, b.Name)
+}
+
+// noRolloutRunsOn waits (2 minutes at most) until no rollout workflow of
+// the campaigns is running.
+func (r *rig) noRolloutRunsOn(t *testing.T, campaigns ...string) {
+	t.Helper()
+	var left []string
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline); time.Sleep(time.Second) {
+		resp, err := r.c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+			Query: "WorkflowType = 'RolloutWorkflow' AND ExecutionStatus = 'Running'", PageSize: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		left = nil
+		for _, e := range resp.Executions {
+			for _, c := range campaigns {
+				if strings.HasPrefix(e.Execution.WorkflowId, "rollout/"+c) {
+					left = append(left, e.Execution.WorkflowId)
+				}
+			}
+		}
+		if len(left) == 0 {
+			return
+		}
+	}
+	t.Errorf("rollouts of cancelled campaigns still running: %v", left)
 }
 
 // TestCampaignWarmupGatePausesRetryAndSkip: a warm-up gate no critic can

@@ -186,6 +186,16 @@ func (w *rolloutWindow) cancelled(ctx workflow.Context, err error) error {
 	return err
 }
 
+// cancelAll asks every rollout in flight to cancel, this run's too, each
+// once it has started: the SDK cancels a child through its context only
+// after the child started, and one that starts after its parent closed runs
+// on (started ABANDON, nothing else stops it).
+func (w *rolloutWindow) cancelAll(ctx workflow.Context) {
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	w.settleStarts(dctx)
+	w.cancelInFlight(ctx, func(string) bool { return true })
+}
+
 // cancelInFlight asks the in-flight rollouts that pick chooses to cancel,
 // in ID order, and waits for the requests to be delivered.
 func (w *rolloutWindow) cancelInFlight(ctx workflow.Context, pick func(string) bool) {

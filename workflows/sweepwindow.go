@@ -294,11 +294,26 @@ func (s *evalSweep) failed(ctx workflow.Context, err error) error {
 	if ctx.Err() != nil { // the sweep was cancelled while a page or chunk was in flight
 		return s.cancelled(ctx, err)
 	}
+	if s.cancelsOwn(ctx) {
+		s.rw.cancelAll(ctx)
+		return err
+	}
 	s.rw.cancelInFlight(ctx, func(string) bool { return true })
 	return err
 }
 
-// cancelled cancels the rollouts earlier runs started and returns err.
+// cancelled cancels the rollouts in flight and returns err. Before GetVersion
+// eval-sweep-cancel-own-rollouts only earlier runs' were asked, this run's
+// left to their context, which misses a rollout not started yet when the
+// sweep closes.
 func (s *evalSweep) cancelled(ctx workflow.Context, err error) error {
+	if s.cancelsOwn(ctx) {
+		s.rw.cancelAll(ctx)
+		return err
+	}
 	return s.rw.cancelled(ctx, err)
+}
+
+func (s *evalSweep) cancelsOwn(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, "eval-sweep-cancel-own-rollouts", workflow.DefaultVersion, 1) == 1
 }
