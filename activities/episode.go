@@ -9,10 +9,12 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/trajectory"
 )
@@ -203,6 +205,7 @@ func tokenize(ctx context.Context, pool *inference.Pool, session string, pieces 
 // trajectory (policy agents) goes to the artifact store with its TITO drift
 // audit and R3 routing report; the workflow gets the claim check.
 func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (EpisodeResult, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)()
 	ep, err := a.episode(in.RolloutID, in.Sandbox.Name)
 	if err != nil {
 		return EpisodeResult{}, err

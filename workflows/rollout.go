@@ -347,8 +347,10 @@ func (r *rollout) turn(ctx workflow.Context, sb activities.Sandbox, turn int, li
 func (r *rollout) finishEpisode(ctx workflow.Context, sb activities.Sandbox) error {
 	fctx := r.onHost(ctx, sb, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: hostNonRetryable},
-		Summary:             "trajectory of " + r.in.Task.Name,
+		// A host killed mid-call is noticed in 30 s, not at the 10 minutes.
+		HeartbeatTimeout: 30 * time.Second,
+		RetryPolicy:      &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: hostNonRetryable},
+		Summary:          "trajectory of " + r.in.Task.Name,
 	})
 	var er activities.EpisodeResult
 	if err := workflow.ExecuteActivity(fctx, act.FinishEpisode, activities.FinishEpisodeInput{
