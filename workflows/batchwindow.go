@@ -50,7 +50,7 @@ type batchWindow struct {
 	w      *BatchWindow
 	rw     *rolloutWindow
 	width  *concurrency
-	run    int // rollouts this run started
+	starts *int // rollouts the workflow's run started, over all its collections
 	draws  map[string]int
 	first  []int // sample -> its first attempt number
 	status *int  // the workflow's Progress.Running
@@ -65,9 +65,9 @@ func BatchChunkKey(b RolloutBatch, stage string, step, n int) string {
 // collectWindowed runs the collection (stage, step) of b, resuming
 // b.Window when it is this collection's; cont(window) is the continue-as-new
 // error that hands it to the next run.
-func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int, width *concurrency,
+func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step int, running, starts *int, width *concurrency,
 	cont func(*BatchWindow) error) (collected, error) {
-	bw := &batchWindow{b: b, width: width, status: running, draws: map[string]int{}}
+	bw := &batchWindow{b: b, width: width, status: running, starts: starts, draws: map[string]int{}}
 	bw.first = make([]int, len(b.Tasks))
 	for i, t := range b.Tasks {
 		bw.draws[t.ID]++
@@ -99,7 +99,11 @@ func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step in
 		every = DefaultContinueEvery
 	}
 	for {
-		if err := bw.rw.await(ctx, func() bool { return bw.canStart() || bw.finished() }); err != nil {
+		err := bw.rw.await(ctx, func() bool { return bw.canStart() || bw.finished() })
+		if err == nil {
+			err = ctx.Err() // Await returns nil on a condition already true, cancelled or not
+		}
+		if err != nil {
 			return collected{}, bw.failed(ctx, err)
 		}
 		if bw.finished() {
@@ -107,7 +111,7 @@ func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step in
 			bw.rw.stopReceiving(ctx)
 			return bw.collected(), nil
 		}
-		if bw.run >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
+		if *bw.starts >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			return collected{}, bw.continueAsNew(ctx, cont)
 		}
 		if len(bw.w.Pending) >= FlushEvery {
@@ -148,7 +152,7 @@ func (bw *batchWindow) startNext(ctx workflow.Context) {
 		summary += fmt.Sprintf(" (retry %d after an abort)", w.Retries[i])
 	}
 	bw.rw.start(ctx, rin, summary, i)
-	bw.run++
+	*bw.starts++
 	*bw.status = len(w.InFlight)
 }
 
@@ -199,12 +203,16 @@ func (bw *batchWindow) flush(ctx workflow.Context) error {
 	if len(w.Pending) == 0 {
 		return nil
 	}
+	// Results that come in while the chunk is stored join Pending after it.
+	chunk := w.Pending
+	w.Pending = nil
 	key := BatchChunkKey(bw.b, w.Stage, w.Step, len(w.Chunks))
 	var ref store.Ref
-	if err := storeJSON(ctx, fmt.Sprintf("store batch chunk %d (%d)", len(w.Chunks), len(w.Pending)), key, w.Pending).Get(ctx, &ref); err != nil {
+	if err := storeJSON(ctx, fmt.Sprintf("store batch chunk %d (%d)", len(w.Chunks), len(chunk)), key, chunk).Get(ctx, &ref); err != nil {
+		w.Pending = append(chunk, w.Pending...)
 		return err
 	}
-	w.Chunks, w.Pending = append(w.Chunks, ref), nil
+	w.Chunks = append(w.Chunks, ref)
 	return nil
 }
 
@@ -223,6 +231,9 @@ func (bw *batchWindow) continueAsNew(ctx workflow.Context, cont func(*BatchWindo
 		return bw.failed(ctx, err)
 	}
 	if err := bw.rw.drain(ctx); err != nil {
+		return bw.failed(ctx, err)
+	}
+	if err := ctx.Err(); err != nil { // a cancel must not be carried off into a new run
 		return bw.failed(ctx, err)
 	}
 	bw.w.Runs++

@@ -115,7 +115,7 @@ type BatchCounts struct {
 // trajectories sampled by the expected policy version; aborted, failed and
 // stale rollouts are counted. cont is the continue-as-new error that hands
 // a windowed collection to the workflow's next run.
-func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running *int, width *concurrency,
+func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, running, starts *int, width *concurrency,
 	cont func(*BatchWindow) error) (collected, error) {
 	var out collected
 	if !(b.Agent.Temperature > 0) {
@@ -135,7 +135,7 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 		// Version 1 continues as new with rollouts in flight; histories
 		// before it collected in one run.
 		if workflow.GetVersion(ctx, "step-continue-as-new", workflow.DefaultVersion, 1) == 1 {
-			return collectWindowed(ctx, b, stage, step, running, width, cont)
+			return collectWindowed(ctx, b, stage, step, running, starts, width, cont)
 		}
 		return collectRetrying(ctx, b, stage, step, attempt, running, width)
 	}
@@ -295,7 +295,8 @@ func (p *ppoStep) status() Progress {
 
 func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	in := p.in
-	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, p.width, func(w *BatchWindow) error {
+	var starts int
+	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, &starts, p.width, func(w *BatchWindow) error {
 		next := p.in
 		next.Window, next.Concurrency = w, p.width.limit()
 		return workflow.NewContinueAsNewError(ctx, PPOStepWorkflow, next)

@@ -66,6 +66,7 @@ type warmup struct {
 	in      WarmupInput
 	res     WarmupResult
 	running int
+	starts  int // rollouts this run started, over its rounds and epochs
 	width   *concurrency
 }
 
@@ -124,7 +125,7 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, erro
 		batch, chunks, first = r.Batch, r.Chunks, r.Epoch
 	}
 	for e := first; e < epochs; e++ {
-		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*epochs+e, &w.running, w.width, func(win *BatchWindow) error {
+		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*epochs+e, &w.running, &w.starts, w.width, func(win *BatchWindow) error {
 			next := w.in
 			next.Window, next.Concurrency = win, w.width.limit()
 			next.Resume = &WarmupResume{Round: round, Epoch: e, Result: w.res, Batch: batch, Chunks: chunks}
