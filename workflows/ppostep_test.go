@@ -57,6 +57,13 @@ func newStepRig(t *testing.T, aborted func(RolloutInput) bool) *stepRig {
 	r.env.SetOnChildWorkflowCompletedListener(func(*workflow.Info, converter.EncodedValue, error) { r.running-- })
 	r.env.OnActivity(gact.TrainerPPOStep, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
 		r.trained = len(ti.Trajectories)
+		for _, ref := range ti.Chunks { // stored by storeOK
+			var part []gpu.TrajectoryRef
+			if err := memGet(strings.TrimPrefix(ref.URI, "file:///store/"), &part); err != nil {
+				return nil, err
+			}
+			r.trained += len(part)
+		}
 		return gpu.Metrics{"policy_loss": 0.1}, nil
 	})
 	return r
@@ -153,5 +160,28 @@ func TestPPOStepLeavesOutAbortsAtTheDeadlineAndFails(t *testing.T) {
 	}
 	if r.trained != -1 {
 		t.Fatalf("trained on %d trajectories of a partial batch", r.trained)
+	}
+}
+
+// Results that come in while a batch chunk is being stored (90 s here)
+// join the next chunk: the trainer gets every trajectory the step counted.
+// Before the fix the flush dropped them and trained on fewer than Trained.
+func TestPPOStepKeepsResultsThatArriveDuringAFlush(t *testing.T) {
+	defer func(n int) { FlushEvery = n }(FlushEvery)
+	FlushEvery = 1
+	r := newStepRig(t, func(RolloutInput) bool { return false })
+	r.env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).After(90 * time.Second).Return(storeOK)
+	var tasks []task.Ref
+	for i := 0; i < 8; i++ {
+		tasks = append(tasks, task.Ref{ID: fmt.Sprintf("%016x", i+1), Name: fmt.Sprintf("t%d", i), Bundle: testTask.Bundle})
+	}
+	in := stepIn(tasks...)
+	in.Concurrency = 4
+	rec, err := r.run(t, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Trained != 8 || r.trained != 8 {
+		t.Fatalf("step counted %d trained, the trainer got %d: want all 8", rec.Trained, r.trained)
 	}
 }
