@@ -127,6 +127,11 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 		if err := s.await(ctx, func() bool { return len(s.w.InFlight) < s.width.limit() }); err != nil {
 			return EvalSweepResult{}, s.cancelled(ctx, err)
 		}
+		// Await returns nil on a condition already true, cancelled or not:
+		// without this a cancel could start rollouts or continue as new.
+		if ctx.Err() != nil && workflow.GetVersion(ctx, "eval-sweep-cancel-checked", workflow.DefaultVersion, 1) == 1 {
+			return EvalSweepResult{}, s.cancelled(ctx, ctx.Err())
+		}
 		if len(s.rw.started) >= every || workflow.GetInfo(ctx).GetContinueAsNewSuggested() {
 			err := s.continueAsNew(ctx)
 			if !workflow.IsContinueAsNewError(err) {
