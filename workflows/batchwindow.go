@@ -52,7 +52,7 @@ type batchWindow struct {
 	width  *concurrency
 	starts *int // rollouts the workflow's run started, over all its collections
 	draws  map[string]int
-	first  []int // sample -> its first attempt number
+	first  []int // sample -> its first attempt number (collect's attempt)
 	status *int  // the workflow's Progress.Running
 }
 
@@ -65,13 +65,11 @@ func BatchChunkKey(b RolloutBatch, stage string, step, n int) string {
 // collectWindowed runs the collection (stage, step) of b, resuming
 // b.Window when it is this collection's; cont(window) is the continue-as-new
 // error that hands it to the next run.
-func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step int, running, starts *int, width *concurrency,
+func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step int, attempt []int, running, starts *int, width *concurrency,
 	cont func(*BatchWindow) error) (collected, error) {
-	bw := &batchWindow{b: b, width: width, status: running, starts: starts, draws: map[string]int{}}
-	bw.first = make([]int, len(b.Tasks))
-	for i, t := range b.Tasks {
+	bw := &batchWindow{b: b, width: width, status: running, starts: starts, first: attempt, draws: map[string]int{}}
+	for _, t := range b.Tasks {
 		bw.draws[t.ID]++
-		bw.first[i] = bw.draws[t.ID] // a task drawn twice in one collection: attempts 1 and 2
 	}
 	bw.w = b.Window
 	if bw.w == nil || bw.w.Stage != stage || bw.w.Step != step {

@@ -135,7 +135,7 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 		// Version 1 continues as new with rollouts in flight; histories
 		// before it collected in one run.
 		if workflow.GetVersion(ctx, "step-continue-as-new", workflow.DefaultVersion, 1) == 1 {
-			return collectWindowed(ctx, b, stage, step, running, starts, width, cont)
+			return collectWindowed(ctx, b, stage, step, attempt, running, starts, width, cont)
 		}
 		return collectRetrying(ctx, b, stage, step, attempt, running, width)
 	}
