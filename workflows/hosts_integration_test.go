@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -49,6 +50,12 @@ func TestRolloutsMoveOffAHostThatStopsForGood(t *testing.T) {
 	// takes nothing else with it.
 	worker(hostB, "-role", "control,sandbox", "-host-wait", "5s")
 	a := worker(hostA, "-role", "sandbox")
+	// Both must take work before the sweep starts: B alone finishes it in
+	// seconds, and A then never gets a rollout to be killed with.
+	for _, h := range []string{hostA, hostB} {
+		testenv.WaitPollers(t, r.c, ids.SandboxHostQueue(h), 1, 2*time.Minute)
+	}
+	testenv.WaitPollers(t, r.c, ids.SandboxQueue, 2, 2*time.Minute)
 
 	refs := r.load(t, "../examples/tasks/stale-cache-cleanup")
 	// The task's solution as a scripted agent, after a pause that keeps
@@ -64,6 +71,10 @@ func TestRolloutsMoveOffAHostThatStopsForGood(t *testing.T) {
 	for on := agentPhases(t, r, sweep); on[hostA] < 1 || len(on) < 2; on = agentPhases(t, r, sweep) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the hosts never shared the sweep: rollouts mid-episode by host %v", on)
+		}
+		if d, err := r.c.DescribeWorkflowExecution(context.Background(), run.GetID(), ""); err == nil &&
+			d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			t.Fatalf("the sweep closed (%s) before host %s ran one of its rollouts mid-episode: %v", d.WorkflowExecutionInfo.Status, hostA, on)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

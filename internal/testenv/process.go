@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 
@@ -77,6 +78,29 @@ func StartWorkerProcess(tb testing.TB, w *WorkerProcess) *WorkerProcess {
 		}
 	})
 	return w
+}
+
+// WaitPollers waits until at least n workers poll the activity queue. A
+// started worker process takes work only once it polls, seconds later on a
+// loaded machine, so a test that needs its workers to share the work waits
+// for all of them before starting it.
+func WaitPollers(tb testing.TB, c client.Client, queue string, n int, within time.Duration) {
+	tb.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := c.DescribeTaskQueue(context.Background(), queue, enumspb.TASK_QUEUE_TYPE_ACTIVITY)
+		if err == nil && len(resp.Pollers) >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			got := 0
+			if resp != nil {
+				got = len(resp.Pollers)
+			}
+			tb.Fatalf("%d workers poll %s after %s, want %d (err %v)", got, queue, within, n, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // Start launches the worker (again, after Kill9).
