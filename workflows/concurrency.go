@@ -31,6 +31,8 @@ func validConcurrency(n int) error {
 type concurrency struct {
 	n    int
 	wake workflow.Channel
+	// stop ends the signal receiver once it has applied the value it holds.
+	stop func(ctx workflow.Context)
 }
 
 // newConcurrency registers set_concurrency on the workflow; the update
@@ -44,21 +46,54 @@ func newConcurrency(ctx workflow.Context, n int, progress func() Progress) (*con
 	if err != nil {
 		return nil, err
 	}
-	workflow.Go(ctx, func(ctx workflow.Context) {
+	rctx, cancel := workflow.WithCancel(ctx)
+	stopped, settle := workflow.NewFuture(ctx)
+	k.stop = func(ctx workflow.Context) {
+		cancel()
+		_ = stopped.Get(ctx, nil)
+	}
+	workflow.Go(rctx, func(ctx workflow.Context) {
+		defer settle.Set(nil, nil)
 		ch := workflow.GetSignalChannel(ctx, SignalSetConcurrency)
-		for {
-			var n int
-			if !ch.Receive(ctx, &n) {
-				return
-			}
-			if validConcurrency(n) != nil {
-				workflow.GetLogger(ctx).Warn("set_concurrency signal ignored", "concurrency", n)
-				continue
-			}
-			k.set(n)
+		for ctx.Err() == nil {
+			sel := workflow.NewSelector(ctx)
+			sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
+				var n int
+				c.Receive(ctx, &n)
+				k.signalled(ctx, n)
+			})
+			sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
+			sel.Select(ctx)
 		}
 	})
 	return k, nil
+}
+
+func (k *concurrency) signalled(ctx workflow.Context, n int) {
+	if validConcurrency(n) != nil {
+		workflow.GetLogger(ctx).Warn("set_concurrency signal ignored", "concurrency", n)
+		return
+	}
+	k.set(n)
+}
+
+// final is the width a continue-as-new hands on: the set_concurrency
+// signals that came in with the run's last workflow task are applied first
+// (the receiver, which may hold one, finishes; the rest are in the
+// channel), or the next run would never see them.
+func (k *concurrency) final(ctx workflow.Context) int {
+	if k.stop == nil {
+		return k.n
+	}
+	k.stop(ctx)
+	ch := workflow.GetSignalChannel(ctx, SignalSetConcurrency)
+	for {
+		var n int
+		if !ch.ReceiveAsync(&n) {
+			return k.n
+		}
+		k.signalled(ctx, n)
+	}
 }
 
 func (k *concurrency) set(n int) {

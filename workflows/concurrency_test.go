@@ -222,3 +222,41 @@ func TestEvalSweepFlushesResultsAsTheyPileUp(t *testing.T) {
 		t.Errorf("%d results in %d chunks (largest %d), want 8 in at least 3 chunks of at most %d", total, chunks, most, FlushEvery+2)
 	}
 }
+
+// TestFinalWidthTakesSignalsFromTheLastTask: set_concurrency signals that
+// come in with the workflow task that ends a run (here the "go" signal; in a
+// sweep, step or warm-up the one that continues as new) are in the width the
+// run hands on. Before final, the receiver held the first and the second
+// stayed in the channel: the run handed on 2.
+func TestFinalWidthTakesSignalsFromTheLastTask(t *testing.T) {
+	wf := func(ctx workflow.Context) (int, error) {
+		k, err := newConcurrency(ctx, 2, func() Progress { return Progress{} })
+		if err != nil {
+			return 0, err
+		}
+		workflow.GetSignalChannel(ctx, "go").Receive(ctx, nil)
+		return k.final(ctx), nil
+	}
+	for _, signals := range [][]int{{7}, {7, 9}, {7, 0}} {
+		env := (&testsuite.WorkflowTestSuite{}).NewTestWorkflowEnvironment()
+		env.RegisterWorkflowWithOptions(wf, workflow.RegisterOptions{Name: "finalWidth"})
+		env.RegisterDelayedCallback(func() {
+			for _, n := range signals {
+				env.SignalWorkflowSkippingWorkflowTask(SignalSetConcurrency, n)
+			}
+			env.SignalWorkflow("go", nil)
+		}, time.Second)
+		env.ExecuteWorkflow("finalWidth")
+		var got int
+		if err := env.GetWorkflowResult(&got); err != nil {
+			t.Fatal(err)
+		}
+		want := signals[len(signals)-1]
+		if want == 0 { // out of range: ignored
+			want = signals[len(signals)-2]
+		}
+		if got != want {
+			t.Errorf("signals %v: width handed on %d, want %d", signals, got, want)
+		}
+	}
+}

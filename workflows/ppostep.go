@@ -298,7 +298,7 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	var starts int
 	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, &starts, p.width, func(w *BatchWindow) error {
 		next := p.in
-		next.Window, next.Concurrency = w, p.width.limit()
+		next.Window, next.Concurrency = w, p.width.final(ctx)
 		return workflow.NewContinueAsNewError(ctx, PPOStepWorkflow, next)
 	})
 	if err != nil {

@@ -283,7 +283,7 @@ func (s *evalSweep) continueAsNew(ctx workflow.Context) error {
 	s.w.Pending = s.pending
 	s.w.Runs++
 	s.in.Window = s.w
-	s.in.Concurrency = s.width.limit()
+	s.in.Concurrency = s.width.final(ctx)
 	return workflow.NewContinueAsNewError(ctx, EvalSweepWorkflow, s.in)
 }
 

@@ -127,7 +127,7 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, erro
 	for e := first; e < epochs; e++ {
 		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*epochs+e, &w.running, &w.starts, w.width, func(win *BatchWindow) error {
 			next := w.in
-			next.Window, next.Concurrency = win, w.width.limit()
+			next.Window, next.Concurrency = win, w.width.final(ctx)
 			next.Resume = &WarmupResume{Round: round, Epoch: e, Result: w.res, Batch: batch, Chunks: chunks}
 			return workflow.NewContinueAsNewError(ctx, CriticWarmupWorkflow, next)
 		})
