@@ -46,26 +46,7 @@ func newConcurrency(ctx workflow.Context, n int, progress func() Progress) (*con
 	if err != nil {
 		return nil, err
 	}
-	rctx, cancel := workflow.WithCancel(ctx)
-	stopped, settle := workflow.NewFuture(ctx)
-	k.stop = func(ctx workflow.Context) {
-		cancel()
-		_ = stopped.Get(ctx, nil)
-	}
-	workflow.Go(rctx, func(ctx workflow.Context) {
-		defer settle.Set(nil, nil)
-		ch := workflow.GetSignalChannel(ctx, SignalSetConcurrency)
-		for ctx.Err() == nil {
-			sel := workflow.NewSelector(ctx)
-			sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
-				var n int
-				c.Receive(ctx, &n)
-				k.signalled(ctx, n)
-			})
-			sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
-			sel.Select(ctx)
-		}
-	})
+	k.stop = receiveUntilStopped(ctx, SignalSetConcurrency, k.signalled)
 	return k, nil
 }
 

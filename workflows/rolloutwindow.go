@@ -113,26 +113,34 @@ func (w *rolloutWindow) await(ctx workflow.Context, cond func() bool) error {
 
 // receive takes the rollouts' reports as they come, until stopReceiving.
 func (w *rolloutWindow) receive(ctx workflow.Context) {
-	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
+	w.stopReceiving = receiveUntilStopped(ctx, SignalRolloutDone, func(ctx workflow.Context, r RolloutResult) { w.received(ctx, r) })
+}
+
+// receiveUntilStopped hands each signal name brings to handle, in a
+// goroutine, until stop: stop returns once the goroutine has handled the
+// signal it took from the channel, so what is left is in the channel (for
+// ReceiveAsync) and nothing is lost in between.
+func receiveUntilStopped[T any](ctx workflow.Context, name string, handle func(ctx workflow.Context, v T)) (stop func(ctx workflow.Context)) {
+	ch := workflow.GetSignalChannel(ctx, name)
 	pctx, cancel := workflow.WithCancel(ctx)
 	stopped, settle := workflow.NewFuture(ctx)
-	w.stopReceiving = func(ctx workflow.Context) {
-		cancel()
-		_ = stopped.Get(ctx, nil)
-	}
 	workflow.Go(pctx, func(ctx workflow.Context) {
 		defer settle.Set(nil, nil)
 		for ctx.Err() == nil {
 			sel := workflow.NewSelector(ctx)
 			sel.AddReceive(ch, func(c workflow.ReceiveChannel, _ bool) {
-				var r RolloutResult
-				c.Receive(ctx, &r)
-				w.received(ctx, r)
+				var v T
+				c.Receive(ctx, &v)
+				handle(ctx, v)
 			})
 			sel.AddReceive(ctx.Done(), func(workflow.ReceiveChannel, bool) {})
 			sel.Select(ctx)
 		}
 	})
+	return func(ctx workflow.Context) {
+		cancel()
+		_ = stopped.Get(ctx, nil)
+	}
 }
 
 // received passes a rollout's result on once: a report of a rollout not in
