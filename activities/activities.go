@@ -10,9 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/hashicorp/go-multierror"
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/inference"
@@ -292,74 +289,6 @@ func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error 
 		a.forgetEpisodeOf(in.RolloutID, in.Sandbox.Name)
 	}
 	return nil
-}
-
-// Reap removes this host's t1flow containers whose rollout workflow has
-// closed (or never existed), and any older than the TTL; and, on a daemon
-// shared with other hosts, their sandboxes whose rollouts closed here
-// (reap_others.go).
-func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error) {
-	if a.Sleep > 0 {
-		return ReapResult{}, nil // the sleep backend makes no containers
-	}
-	list, err := a.Docker.List(ctx, a.Host)
-	if err != nil {
-		return ReapResult{}, errs.Infraf("docker ps: %v", err)
-	}
-	others, err := a.Docker.ListOthers(ctx, a.Host)
-	if err != nil {
-		return ReapResult{}, errs.Infraf("docker ps: %v", err)
-	}
-	var res ReapResult
-	var failed *multierror.Error
-	now := time.Now()
-	for i, c := range append(list, others...) {
-		var reason string
-		if i < len(list) {
-			reason = a.reapReason(ctx, c.Labels, now, in.TTLSec)
-		} else {
-			reason = a.othersReapReason(ctx, c.Labels)
-		}
-		if reason == "" {
-			if i < len(list) {
-				res.Kept++ // this host's; another's is not ours to count
-			}
-			continue
-		}
-		// One stuck container must not shield the others.
-		if err := a.Docker.Remove(ctx, c.ID); err != nil {
-			failed = multierror.Append(failed, err)
-			continue
-		}
-		res.Removed = append(res.Removed, c.Name+" ("+reason+")")
-		heartbeat.Record(ctx, len(res.Removed))
-	}
-	if err := failed.ErrorOrNil(); err != nil {
-		return res, errs.Infraf("reaper removed %d, failed on %d: %v", len(res.Removed), failed.Len(), err)
-	}
-	return res, nil
-}
-
-func (a *Activities) reapReason(ctx context.Context, labels map[string]string, now time.Time, ttl float64) string {
-	if created, err := time.Parse(time.RFC3339, labels[sandbox.LabelCreated]); err == nil && ttl > 0 && now.Sub(created).Seconds() > ttl {
-		return "outlived TTL"
-	}
-	wid := labels[sandbox.LabelWorkflow]
-	if wid == "" || a.Temporal == nil {
-		return ""
-	}
-	d, err := a.Temporal.DescribeWorkflowExecution(ctx, wid, "")
-	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return "workflow not found"
-	}
-	if err != nil {
-		return "" // unsure: keep it, the TTL still bounds its life
-	}
-	if d.WorkflowExecutionInfo.Status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return "workflow closed"
-	}
-	return ""
 }
 
 // StoreJSON writes a document to the artifact store for a workflow.

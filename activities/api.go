@@ -270,6 +270,10 @@ type ReapInput struct {
 type ReapResult struct {
 	Removed []string `json:"removed"`
 	Kept    int      `json:"kept"`
+	// Cancelled: running rollouts whose parent closed without cancelling
+	// them (terminated, timed out), asked to cancel; their sandboxes go
+	// with them.
+	Cancelled []string `json:"cancelled,omitempty"`
 	// Retired: no worker took the reap and the host was gone for good, so
 	// its reaper schedule was deleted (RetireIdleHost says why).
 	Retired string `json:"retired,omitempty"`

@@ -45,6 +45,9 @@ func reap(ctx context.Context, args []string, stdout io.Writer) error {
 	for _, r := range res.Removed {
 		fmt.Fprintln(stdout, "removed", r)
 	}
-	fmt.Fprintf(stdout, "reaper on %s: %d removed, %d kept\n", h, len(res.Removed), res.Kept)
+	for _, r := range res.Cancelled {
+		fmt.Fprintln(stdout, "cancelled", r)
+	}
+	fmt.Fprintf(stdout, "reaper on %s: %d removed, %d kept, %d orphaned rollouts cancelled\n", h, len(res.Removed), res.Kept, len(res.Cancelled))
 	return nil
 }

@@ -8,11 +8,14 @@ import (
 	"time"
 
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -146,6 +149,70 @@ func TestSweepCountsARolloutTerminatedAfterItsRunContinued(t *testing.T) {
 			t.Errorf("terminated rollout: outcome %s (%s), want infra_error naming Terminated", ro.Outcome, ro.Error)
 		case !terminated && !ro.Scored:
 			t.Errorf("rollout %s: %s (%s), want scored", ro.WorkflowID, ro.Outcome, ro.Error)
+		}
+	}
+}
+
+// TestReaperCancelsTheRolloutsOfATerminatedSweep: a sweep that continues as
+// new after every start has 3 rollouts mid-episode (their parents' runs all
+// continued as new). The host's reaper leaves them alone while the sweep
+// runs; once the sweep is terminated (which cancels nothing), the next
+// reaper run asks each to cancel, and their own cleanup removes their
+// sandboxes.
+func TestReaperCancelsTheRolloutsOfATerminatedSweep(t *testing.T) {
+	r := newRig(t, true)
+	refs := r.load(t, "../examples/tasks/log-level-counter")
+	agent := activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"sleep 300"}}
+	run := r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: agent, Attempts: 3, Concurrency: 3, ContinueEvery: 1})
+	sweep := strings.TrimPrefix(run.GetID(), "eval/")
+	deadline := time.Now().Add(3 * time.Minute)
+	for on := agentPhases(t, r, sweep); on[r.host] < 3; on = agentPhases(t, r, sweep) {
+		if time.Now().After(deadline) {
+			t.Fatalf("rollouts mid-episode by host %v, want 3 on %s", on, r.host)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	ctx := context.Background()
+	reap := func(n int) activities.ReapResult {
+		run, err := r.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+			ID: fmt.Sprintf("%s-test-%d", ids.ReaperWorkflowID(r.host), n), TaskQueue: ids.ControlQueue,
+		}, workflows.ReaperWorkflow, workflows.ReaperInput{Host: r.host, TTLSec: 3600})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rr activities.ReapResult
+		if err := run.Get(ctx, &rr); err != nil {
+			t.Fatal(err)
+		}
+		return rr
+	}
+	if rr := reap(1); len(rr.Cancelled) != 0 || len(rr.Removed) != 0 || rr.Kept != 3 {
+		t.Fatalf("reaper with the sweep running: %+v, want the 3 sandboxes kept and nothing cancelled", rr)
+	}
+	if err := r.c.TerminateWorkflow(ctx, run.GetID(), "", "test: terminated with rollouts in flight"); err != nil {
+		t.Fatal(err)
+	}
+	rr := reap(2)
+	if len(rr.Cancelled) != 3 {
+		t.Fatalf("reaper after the sweep was terminated: %+v, want its 3 rollouts cancelled", rr)
+	}
+	for _, c := range rr.Cancelled {
+		if !strings.Contains(c, "parent "+run.GetID()+" terminated") {
+			t.Errorf("cancelled %q: want it to name the terminated sweep", c)
+		}
+	}
+	query := fmt.Sprintf("WorkflowType = 'RolloutWorkflow' AND CampaignID = '%s' AND ExecutionStatus = 'Canceled'", sweep)
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		resp, err := r.c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+		if err != nil {
+			t.Fatal(err)
+		}
+		left := testenv.Containers(t, sandbox.LabelHost, r.host)
+		if resp.Count == 3 && len(left) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of 3 rollouts cancelled, sandboxes left %v", resp.Count, left)
 		}
 	}
 }
