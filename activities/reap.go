@@ -3,7 +3,6 @@ package activities
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 
 	"github.com/t1flow/t1flow/internal/errs"
@@ -22,7 +22,7 @@ import (
 // Reap removes this host's t1flow containers whose rollout workflow has
 // closed (or never existed), and any older than the TTL; and, on a daemon
 // shared with other hosts, their sandboxes whose rollouts closed here
-// (reap_others.go).
+// (below).
 func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error) {
 	if a.Sleep > 0 {
 		return ReapResult{}, nil // the sleep backend makes no containers
@@ -49,9 +49,7 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 		if reason == "" {
 			if i < len(list) {
 				res.Kept++ // this host's; another's is not ours to count
-				if err := a.cancelOrphan(ctx, c.Labels, running, &res); err != nil {
-					failed = multierror.Append(failed, err)
-				}
+				a.cancelOrphan(ctx, c.Labels, running, &res)
 			}
 			continue
 		}
@@ -130,49 +128,65 @@ func (a *Activities) othersReapReason(ctx context.Context, labels map[string]str
 // them to cancel (their own cleanup then destroys the sandbox).
 
 // cancelOrphan cancels the running rollout d describes when its parent is
-// gone, and records it in res.
-func (a *Activities) cancelOrphan(ctx context.Context, labels map[string]string, d *workflowservice.DescribeWorkflowExecutionResponse, res *ReapResult) error {
-	if d == nil || labels[sandbox.LabelRollout] == "" {
-		return nil
+// gone, and records it in res. A rollout already asked to cancel is left
+// to finish doing so; a cancel that fails is logged and tried again on the
+// next run, and does not fail the reap.
+func (a *Activities) cancelOrphan(ctx context.Context, labels map[string]string, d *workflowservice.DescribeWorkflowExecutionResponse, res *ReapResult) {
+	if d == nil || labels[sandbox.LabelRollout] == "" || d.GetWorkflowExtendedInfo().GetCancelRequested() {
+		return
 	}
 	why := a.orphanedBy(ctx, d)
+	heartbeat.Record(ctx, len(res.Removed))
 	if why == "" {
-		return nil
+		return
 	}
 	wid := d.WorkflowExecutionInfo.GetExecution().GetWorkflowId()
 	if err := a.Temporal.CancelWorkflow(ctx, wid, ""); err != nil {
 		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return nil // closed meanwhile
+		if !errors.As(err, &nf) { // NotFound: it closed meanwhile
+			activity.GetLogger(ctx).Warn("orphaned rollout not cancelled", "rollout", wid, "parent", why, "error", err)
 		}
-		return fmt.Errorf("cancel orphaned rollout %s: %w", wid, err)
+		return
 	}
 	res.Cancelled = append(res.Cancelled, wid+" ("+why+")")
-	return nil
 }
 
+// maxResets bounds how many resets of the parent orphanedBy follows.
+const maxResets = 8
+
 // orphanedBy says how the running workflow d lost its parent ("parent
-// eval/x terminated"), or "": it has none, its parent's run is running, or
-// that run continued as new and the workflow's latest run is running (the
-// rollout was handed over to it). Anything unsure counts as not orphaned.
+// eval/x terminated"), or "" while someone will take its result: its
+// parent's run is running, or was reset (a reset run takes over its
+// predecessor's children) to a run that is, or continued as new within a
+// chain whose latest run is running. A chain started afresh under the
+// parent's workflow ID (a step run again) does not know the rollout. Any
+// error counts as not orphaned: the rollout is kept.
 func (a *Activities) orphanedBy(ctx context.Context, d *workflowservice.DescribeWorkflowExecutionResponse) string {
 	p := d.WorkflowExecutionInfo.GetParentExecution()
-	if p.GetWorkflowId() == "" {
+	wid := p.GetWorkflowId()
+	if wid == "" || p.GetRunId() == "" {
 		return ""
 	}
-	pd, err := a.Temporal.DescribeWorkflowExecution(ctx, p.GetWorkflowId(), p.GetRunId())
+	pd, err := a.Temporal.DescribeWorkflowExecution(ctx, wid, p.GetRunId())
+	for i := 0; err == nil && i < maxResets && pd.GetWorkflowExtendedInfo().GetResetRunId() != ""; i++ {
+		pd, err = a.Temporal.DescribeWorkflowExecution(ctx, wid, pd.GetWorkflowExtendedInfo().GetResetRunId())
+	}
 	if err != nil {
 		return ""
 	}
 	st := pd.WorkflowExecutionInfo.GetStatus()
 	if st == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
-		if pd, err = a.Temporal.DescribeWorkflowExecution(ctx, p.GetWorkflowId(), ""); err != nil {
+		latest, err := a.Temporal.DescribeWorkflowExecution(ctx, wid, "")
+		if err != nil {
 			return ""
 		}
-		st = pd.WorkflowExecutionInfo.GetStatus()
+		if latest.WorkflowExecutionInfo.GetFirstRunId() != pd.WorkflowExecutionInfo.GetFirstRunId() {
+			return "parent " + wid + " started again since"
+		}
+		st = latest.WorkflowExecutionInfo.GetStatus()
 	}
 	if st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || st == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
 		return ""
 	}
-	return "parent " + p.GetWorkflowId() + " " + strings.ToLower(strings.TrimPrefix(st.String(), "WORKFLOW_EXECUTION_STATUS_"))
+	return "parent " + wid + " " + strings.ToLower(strings.TrimPrefix(st.String(), "WORKFLOW_EXECUTION_STATUS_"))
 }

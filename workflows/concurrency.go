@@ -46,7 +46,10 @@ func newConcurrency(ctx workflow.Context, n int, progress func() Progress) (*con
 	if err != nil {
 		return nil, err
 	}
-	k.stop = receiveUntilStopped(ctx, SignalSetConcurrency, k.signalled)
+	// Not stopped by a cancel of the workflow (the receiver before final
+	// was not): only final stops it.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	k.stop = receiveUntilStopped(dctx, SignalSetConcurrency, k.signalled)
 	return k, nil
 }
 
