@@ -70,14 +70,7 @@ func (k *concurrency) final(ctx workflow.Context) int {
 		return k.n
 	}
 	k.stop(ctx)
-	ch := workflow.GetSignalChannel(ctx, SignalSetConcurrency)
-	for {
-		var n int
-		if !ch.ReceiveAsync(&n) {
-			return k.n
-		}
-		k.signalled(ctx, n)
-	}
+	return k.n
 }
 
 func (k *concurrency) set(n int) {

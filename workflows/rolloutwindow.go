@@ -26,7 +26,7 @@ type rolloutWindow struct {
 	started     []startedRollout
 	startedHere map[string]bool
 	// stopReceiving ends receive's goroutine once it has counted the
-	// report it holds.
+	// report it holds, and counts those left in the channel.
 	stopReceiving func(ctx workflow.Context)
 	// result takes each rollout's result once, after it left inFlight: its
 	// report, or the failure of one that could not report.
@@ -117,9 +117,10 @@ func (w *rolloutWindow) receive(ctx workflow.Context) {
 }
 
 // receiveUntilStopped hands each signal name brings to handle, in a
-// goroutine, until stop: stop returns once the goroutine has handled the
-// signal it took from the channel, so what is left is in the channel (for
-// ReceiveAsync) and nothing is lost in between.
+// goroutine, until stop. stop lets the goroutine handle the signal it took
+// from the channel (a signal taken is no longer in the channel: stopped
+// any earlier, it is lost), then hands what is left in the channel to
+// handle too, without blocking.
 func receiveUntilStopped[T any](ctx workflow.Context, name string, handle func(ctx workflow.Context, v T)) (stop func(ctx workflow.Context)) {
 	ch := workflow.GetSignalChannel(ctx, name)
 	pctx, cancel := workflow.WithCancel(ctx)
@@ -140,6 +141,13 @@ func receiveUntilStopped[T any](ctx workflow.Context, name string, handle func(c
 	return func(ctx workflow.Context) {
 		cancel()
 		_ = stopped.Get(ctx, nil)
+		for {
+			var v T
+			if !ch.ReceiveAsync(&v) {
+				return
+			}
+			handle(ctx, v)
+		}
 	}
 }
 
@@ -174,17 +182,8 @@ func (w *rolloutWindow) drain(ctx workflow.Context) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
-	// A report the receiver has taken from the channel is not in the
-	// channel any more: let it finish before draining, or it is lost.
 	w.stopReceiving(ctx)
-	ch := workflow.GetSignalChannel(ctx, SignalRolloutDone)
-	for {
-		var r RolloutResult
-		if !ch.ReceiveAsync(&r) {
-			return nil
-		}
-		w.received(ctx, r)
-	}
+	return nil
 }
 
 // cancelled cancels the rollouts earlier runs started (cancelling this
