@@ -62,7 +62,7 @@ func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, 
 // loadInto has one server load a local checkpoint directory and returns the
 // weight version it serves afterwards.
 func loadInto(ctx context.Context, c *inference.Client, dir string) (string, error) {
-	if err := c.UpdateWeightsFromDisk(ctx, dir); err != nil {
+	if err := c.UpdateWeightsFromDisk(ctx, dir, ""); err != nil {
 		return "", classify(fmt.Errorf("%s: %w", c.BaseURL, err))
 	}
 	info, err := c.ModelInfo(ctx)

@@ -1,20 +1,25 @@
-// Package inference is the model client side of rollouts: a client for
-// SGLang's native API (token IDs in and out, log-probs, routed experts), a
-// pool that spreads rollouts over replicas, and an OpenAI-compatible chat
-// client for hosted models.
+// Package inference is the model client side of rollouts: clients of stock
+// inference engines as they ship (SGLang's native API, vLLM's token-in
+// token-out API) and of t1flow's own test servers, behind one Engine
+// interface (token IDs in and out, log-probs, routed experts, weight
+// versions, reloads); a pool that spreads rollouts over replicas; model facts
+// from the checkpoint's config.json; and an OpenAI-compatible chat client for
+// hosted models.
 package inference
 
 import (
 	"context"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
 	"github.com/t1flow/t1flow/internal/httpjson"
 )
 
-// Client speaks the subset of SGLang's native API that rollouts use.
+// Client is the HTTP side of one server: SGLang's native API, which t1flow's
+// own servers speak too, and the base the other engines' clients build on.
 type Client struct {
 	BaseURL string
 	HTTP    *http.Client
@@ -49,6 +54,7 @@ type GenerateResponse struct {
 		FinishReason        map[string]any `json:"finish_reason"`
 		OutputTokenLogprobs [][3]any       `json:"output_token_logprobs"`
 		RoutedExperts       string         `json:"routed_experts"`
+		RoutedStart         *int           `json:"routed_experts_start_len"` // echoed by some versions
 		WeightVersion       string         `json:"weight_version"`
 	} `json:"meta_info"`
 }
@@ -59,7 +65,8 @@ func (r *GenerateResponse) Logprobs() ([]float32, error) {
 	for i, e := range r.MetaInfo.OutputTokenLogprobs {
 		f, ok := e[0].(float64)
 		if !ok {
-			return nil, fmt.Errorf("output_token_logprobs[%d]: %v is not a number", i, e[0])
+			// orjson writes NaN as null: a NaN log-prob is an abort.
+			return nil, &AbortError{Engine: "sglang", Reason: fmt.Sprintf("output_token_logprobs[%d] is %v, not a number (NaN logits)", i, e[0])}
 		}
 		out[i] = float32(f)
 	}
@@ -112,6 +119,9 @@ type ModelInfo struct {
 	// Chat is the policy's chat template as the harness renders it; nil
 	// when the server does not report one (SGLang itself does not).
 	Chat *ChatTemplate `json:"chat,omitempty"`
+	// Config is the checkpoint's config.json as t1flow's servers report it
+	// (the model facts' source when no model-files sidecar is named).
+	Config json.RawMessage `json:"config,omitempty"`
 }
 
 // ChatTemplate is how the policy's turns are glued together, as text the
@@ -149,9 +159,25 @@ func (c *Client) ModelInfo(ctx context.Context) (ModelInfo, error) {
 	return m, err
 }
 
-// UpdateWeightsFromDisk loads a checkpoint directory on the server's host.
-func (c *Client) UpdateWeightsFromDisk(ctx context.Context, dir string) error {
-	return c.do(ctx, http.MethodPost, "/update_weights_from_disk", map[string]string{"model_path": dir}, nil)
+// UpdateWeightsFromDisk loads a checkpoint directory on the server's host
+// (SGLang's /update_weights_from_disk: model_path, weight_version; answer
+// {success, message}, HTTP 400 when success is false).
+func (c *Client) UpdateWeightsFromDisk(ctx context.Context, dir, version string) error {
+	body := map[string]string{"model_path": dir}
+	if version != "" {
+		body["weight_version"] = version
+	}
+	var r struct {
+		Success *bool  `json:"success"`
+		Message string `json:"message"`
+	}
+	if err := c.do(ctx, http.MethodPost, "/update_weights_from_disk", body, &r); err != nil {
+		return err
+	}
+	if r.Success != nil && !*r.Success {
+		return fmt.Errorf("%s/update_weights_from_disk %s: success false: %s", c.BaseURL, dir, r.Message)
+	}
+	return nil
 }
 
 // Health is /health.
