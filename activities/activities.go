@@ -30,6 +30,12 @@ type Activities struct {
 	TaskCache string
 	// EpisodeDir keeps model-driven episodes on the sandbox host between turns.
 	EpisodeDir string
+	// InferenceEngine is the kind of policy inference servers rollouts call
+	// (inference.EngineT1flow, EngineSGLang, EngineVLLM; empty: t1flow).
+	InferenceEngine string
+	// ModelFiles is the URL of the model-files sidecar serving the policy
+	// checkpoint's config.json (required with a stock engine).
+	ModelFiles string
 	// MaxSandboxes caps this host's live sandboxes (0: no cap); a creation
 	// past it waits up to AdmissionWait, then fails HostFull (admission.go).
 	MaxSandboxes  int

@@ -236,12 +236,15 @@ type DriftReport = harness.DriftReport
 
 // RoutingReport is the R3 capture check of one trajectory.
 type RoutingReport struct {
-	Positions int  `json:"positions"`
-	Covered   int  `json:"covered"`
-	Layers    int  `json:"layers"`
-	TopK      int  `json:"top_k"`
-	Experts   int  `json:"experts"`
-	Valid     bool `json:"valid"`
+	Positions int `json:"positions"`
+	// Covered counts the positions with routing: Positions − 1 when valid
+	// (the last sampled token has none, as SGLang and vLLM return it).
+	Covered int `json:"covered"`
+	// Layers are the MoE layers only (config.json says which).
+	Layers  int  `json:"layers"`
+	TopK    int  `json:"top_k"`
+	Experts int  `json:"experts"`
+	Valid   bool `json:"valid"`
 	// Recomputed: held positions the sampler re-ran on a prefix-cache miss;
 	// Rerouted: those whose experts changed (routing drift; R3 inexact there).
 	Recomputed int `json:"recomputed,omitempty"`

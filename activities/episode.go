@@ -68,6 +68,16 @@ type episode struct {
 	pending  bool
 	info     *inference.ModelInfo
 	chat     inference.ChatTemplate // with info: the policy's chat template
+	facts    *inference.ModelFacts  // the policy's config.json (loadFacts)
+}
+
+// end is the trajectory's length: through the last sampled token, which
+// has no routing row (covered counts the positions that have one).
+func (e *episode) end() int {
+	if e.covered == 0 {
+		return 0
+	}
+	return e.covered + 1
 }
 
 func (e *episode) apply(s segment) {
@@ -166,7 +176,11 @@ func (a *Activities) pool(urls []string) (*inference.Pool, error) {
 	if p, ok := a.pools[key]; ok {
 		return p, nil
 	}
-	p, err := inference.NewPool(urls, nil)
+	kind := a.InferenceEngine
+	if kind == "" {
+		kind = inference.EngineT1flow
+	}
+	p, err := inference.NewEnginePool(kind, urls, nil)
 	if err != nil {
 		return nil, errs.BadInputf("%v", err)
 	}
@@ -238,21 +252,19 @@ func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (
 		return res, err
 	}
 	session := in.RolloutID + "/" + in.Sandbox.Name
-	info := ep.info
-	if info == nil {
-		i, err := pool.ModelInfo(ctx, session)
-		if err != nil {
-			return res, inferenceErr(err)
-		}
-		info = &i
+	if err := a.loadFacts(ctx, pool, session, ep); err != nil {
+		return res, err
 	}
+	f := ep.facts
 	// Trailing glue after the last generation was never processed by the
-	// sampler: the trajectory ends at the last covered position.
-	n := ep.covered
+	// sampler: the trajectory ends at its last sampled token.
+	n := ep.end()
 	rec := trajectory.Record{
-		Tokens: ep.tokens[:n], LossMask: ep.mask[:n], Logprobs: ep.logprobs[:n], Routing: ep.routing,
-		Layers: info.NumLayers, TopK: info.TopK, Experts: info.NumExperts,
+		Tokens: ep.tokens[:n], LossMask: ep.mask[:n], Logprobs: ep.logprobs[:n],
 		Meta: map[string]string{"rollout_id": in.RolloutID, "task_id": in.Task.ID, "policy_versions": strings.Join(res.PolicyVersions, ",")},
+	}
+	if f.MoE() {
+		rec.Routing, rec.Layers, rec.TopK, rec.Experts = ep.routing, len(f.MoELayers), f.TopK, f.Experts
 	}
 	if res.Drift, err = a.auditDrift(ctx, pool, session, ep, rec); err != nil {
 		return res, err
@@ -261,14 +273,17 @@ func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (
 		// Never trained on: the trajectory is not what the sampler saw and emitted.
 		return res, errs.RoutingMissingf("TITO drift audit: %d prompt and %d loss-region mismatches against what the sampler was sent and returned", res.Drift.PromptMismatches, res.Drift.LossMismatches)
 	}
-	res.Routing = RoutingReport{Positions: n, Covered: len(ep.routing) / max(1, info.NumLayers*info.TopK), Layers: info.NumLayers, TopK: info.TopK, Experts: info.NumExperts}
-	res.Routing.Valid = res.Routing.Covered == n
-	for _, s := range ep.segs {
-		res.Routing.Recomputed += s.Recomputed
-		res.Routing.Rerouted += s.Rerouted
-	}
-	if !res.Routing.Valid {
-		return res, errs.RoutingMissingf("routing covers %d of %d positions", res.Routing.Covered, n)
+	if f.MoE() {
+		// T−1 rows: every position but the last sampled token's.
+		res.Routing = RoutingReport{Positions: n, Covered: len(ep.routing) / (len(f.MoELayers) * f.TopK), Layers: len(f.MoELayers), TopK: f.TopK, Experts: f.Experts}
+		res.Routing.Valid = res.Routing.Covered == n-1
+		for _, s := range ep.segs {
+			res.Routing.Recomputed += s.Recomputed
+			res.Routing.Rerouted += s.Rerouted
+		}
+		if !res.Routing.Valid {
+			return res, errs.RoutingMissingf("routing covers %d positions of a %d-token trajectory, which needs %d (T−1)", res.Routing.Covered, n, n-1)
+		}
 	}
 	res.Tokens = n
 	for _, m := range rec.LossMask {

@@ -163,6 +163,9 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 	if err := ep.model(ctx, pool, session); err != nil {
 		return TurnResult{}, err
 	}
+	if err := a.loadFacts(ctx, pool, session, ep); err != nil {
+		return TurnResult{}, err
+	}
 	seg := segment{Turn: in.Turn}
 	var glue []int32
 	if in.Turn == 0 {
@@ -178,7 +181,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		seg.Rendered = first.String()
 	}
 	prompt := append(append([]int32{}, ep.tokens...), glue...)
-	limit := ep.info.BlockSize
+	limit := ep.facts.ContextLen
 	if in.Agent.MaxContext > 0 && in.Agent.MaxContext < limit {
 		limit = in.Agent.MaxContext
 	}
@@ -271,50 +274,51 @@ func (e *episode) model(ctx context.Context, pool *inference.Pool, session strin
 func (e *episode) sample(ctx context.Context, pool *inference.Pool, session string, agent AgentSpec, seg *segment, prompt, glue []int32) (string, error) {
 	eot := *e.chat.EndOfTurnID
 	tInf := time.Now()
-	resp, err := pool.Generate(ctx, session, inference.GenerateRequest{
-		InputIDs:       toInts(prompt),
-		SamplingParams: inference.SamplingParams{Temperature: agent.Temperature, MaxNewTokens: maxNewTokens(agent), StopTokenIDs: []int{eot}},
-		ReturnLogprob:  true, ReturnRoutedExperts: true, RoutedExpertsStartLen: e.covered,
+	moe := e.facts.MoE() // R3: routing for every MoE layer; a dense model has none
+	g, err := pool.Generate(ctx, session, inference.Request{
+		InputIDs: toInts(prompt), Temperature: agent.Temperature, MaxNewTokens: maxNewTokens(agent), StopTokenIDs: []int{eot},
+		Logprobs: true, Routing: moe, RoutingStart: e.covered,
 	})
 	if err != nil {
-		return "", inferenceErr(err)
+		return "", inferenceErr(err) // an abort is an InfraError: retried, never a sample
 	}
 	seg.Result.InferenceMs = time.Since(tInf).Milliseconds()
-	// How it ended decides the stitch, and an abort or unknown end is an
-	// error before anything of the reply is read.
-	if seg.Result.Stitch, err = harness.StitchCase(resp, eot); err != nil {
+	// How it ended decides the stitch, and an unknown end is an error before
+	// anything of the reply is read.
+	if seg.Result.Stitch, err = harness.StitchCase(g, eot); err != nil {
 		return "", err
 	}
-	out := toInt32(resp.OutputIDs)
-	lps, err := resp.Logprobs()
-	if err != nil || len(lps) != len(out) {
-		return "", errs.Infraf("inference: %d log-probs for %d tokens (%v)", len(lps), len(out), err)
+	out := toInt32(g.OutputIDs)
+	if len(g.Logprobs) != len(out) {
+		return "", errs.Infraf("inference: %d log-probs for %d tokens", len(g.Logprobs), len(out))
 	}
-	routing, err := harness.CaptureRouting(resp, *e.info, e.covered, len(prompt)+len(out))
-	if err != nil {
-		return "", err
-	}
-	if err := e.checkRerouting(ctx, pool, session, agent, seg, prompt, resp.MetaInfo.CachedTokens); err != nil {
-		return "", err
+	// T−1 rows: positions [covered, prompt+output−1); the last sampled token has none.
+	to := len(prompt) + len(out) - 1
+	var routing []int32
+	if moe {
+		if routing, err = harness.CaptureRouting(g, *e.facts, e.covered, to); err != nil {
+			return "", err
+		}
+		if err := e.checkRerouting(ctx, pool, session, agent, seg, prompt, g.CachedTokens); err != nil {
+			return "", err
+		}
 	}
 	seg.SamplerMeta = true
-	seg.MetaPrompt, seg.MetaCompletion = resp.MetaInfo.PromptTokens, resp.MetaInfo.CompletionTokens
-	seg.SampledLogprobs = lps
-	if seg.LogprobIDs, err = resp.LogprobTokenIDs(); err != nil {
-		return "", errs.Infraf("inference: %v", err)
-	}
-	seg.Rendered += resp.Text
+	seg.MetaPrompt, seg.MetaCompletion = g.PromptTokens, g.Completion
+	seg.SampledLogprobs = g.Logprobs
+	seg.LogprobIDs = g.LogprobIDs
+	seg.Rendered += g.Text
 	seg.PromptLen, seg.PromptHash = len(prompt), harness.HashTokens(prompt)
 	seg.Sampled = out
-	seg.Version = resp.MetaInfo.WeightVersion
-	seg.CoveredFrom, seg.CoveredTo = e.covered, len(prompt)+len(out)
+	seg.Version = g.WeightVersion
+	seg.CoveredFrom, seg.CoveredTo = e.covered, to
 	seg.Routing = routing
 	// Context glue of this turn (the first prompt), then the sampled tokens.
 	seg.Tokens = append(glue, out...)
 	seg.LossMask = append(make([]uint8, len(glue)), ones(len(out))...)
-	seg.Logprobs = append(make([]float32, len(glue)), lps...)
+	seg.Logprobs = append(make([]float32, len(glue)), g.Logprobs...)
 	seg.Result.Tokens = len(out)
-	return resp.Text, nil
+	return g.Text, nil
 }
 
 // chatTurn drives a hosted model over chat completions: text in and out,

@@ -26,21 +26,21 @@ func (e *episode) checkRerouting(ctx context.Context, pool *inference.Pool, sess
 	if cached >= held || held == 0 {
 		return nil
 	}
-	resp, err := pool.Generate(ctx, session, inference.GenerateRequest{
-		InputIDs:            toInts(prompt),
-		SamplingParams:      inference.SamplingParams{Temperature: agent.Temperature, MaxNewTokens: 1},
-		ReturnRoutedExperts: true, RoutedExpertsStartLen: cached,
+	g, err := pool.Generate(ctx, session, inference.Request{
+		InputIDs: toInts(prompt), Temperature: agent.Temperature, MaxNewTokens: 1,
+		Routing: true, RoutingStart: cached,
 	})
 	if err != nil {
 		return inferenceErr(err)
 	}
-	now, err := harness.CaptureRouting(resp, *e.info, cached, len(prompt)+len(resp.OutputIDs))
+	now, err := harness.CaptureRouting(g, *e.facts, cached, len(prompt)+len(g.OutputIDs)-1)
 	if err != nil {
 		return err
 	}
-	per := e.info.NumLayers * e.info.TopK
+	layers, k := len(e.facts.MoELayers), e.facts.TopK
+	per := layers * k
 	seg.Recomputed = held - cached
-	seg.Rerouted = harness.ReroutedPositions(e.routing[cached*per:held*per], now[:(held-cached)*per], e.info.NumLayers, e.info.TopK)
+	seg.Rerouted = harness.ReroutedPositions(e.routing[cached*per:held*per], now[:(held-cached)*per], layers, k)
 	limit := agent.MaxRerouted
 	if limit <= 0 {
 		limit = DefaultMaxRerouted

@@ -17,13 +17,14 @@ import (
 )
 
 // fakeRouter answers /generate with the routing `now` holds for every
-// position (1 layer × top-2), from routed_experts_start_len on, and counts requests.
+// position (1 layer × top-2) the engine forwarded, [routed_experts_start_len,
+// len-1) as SGLang returns it, and counts requests.
 func fakeRouter(t *testing.T, now []int32, calls *int) *inference.Pool {
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		*calls++
 		var req inference.GenerateRequest
 		json.NewDecoder(r.Body).Decode(&req)
-		end := len(req.InputIDs) + 1
+		end := len(req.InputIDs) + 1 - 1 // one token generated; it has no row
 		b := make([]byte, 0, 4*2*end)
 		for _, e := range now[2*req.RoutedExpertsStartLen : 2*end] {
 			b = binary.LittleEndian.AppendUint32(b, uint32(e))
@@ -46,7 +47,7 @@ func TestPrefixCacheMissCountsReroutingAndAborts(t *testing.T) {
 	held := []int32{0, 1, 2, 3, 1, 2} // 3 positions
 	prompt := []int32{7, 7, 7, 7, 7}  // 3 held positions, then 2 of glue
 	ep := func() *episode {
-		return &episode{covered: 3, routing: append([]int32{}, held...), info: &inference.ModelInfo{NumLayers: 1, TopK: 2, NumExperts: 4}}
+		return &episode{covered: 3, routing: append([]int32{}, held...), facts: &inference.ModelFacts{Layers: 1, MoELayers: []int{0}, TopK: 2, Experts: 4}}
 	}
 	agent := AgentSpec{Temperature: 1}
 	ctx := context.Background()

@@ -22,7 +22,7 @@ func benchTrajectory(tmp string) (string, error) {
 	rng := rand.New(rand.NewSource(1))
 	rec := trajectory.Record{Layers: layers, TopK: topk, Experts: experts,
 		Tokens: make([]int32, positions), LossMask: make([]uint8, positions), Logprobs: make([]float32, positions),
-		Routing: make([]int32, positions*layers*topk)}
+		Routing: make([]int32, (positions-1)*layers*topk)} // T−1 rows
 	for i := range rec.Tokens {
 		rec.Tokens[i] = int32(rng.Intn(150000))
 		if i%3 != 0 {

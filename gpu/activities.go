@@ -24,8 +24,14 @@ import (
 type Activities struct {
 	Trainer   *Client
 	Inference *inference.Client
-	Store     store.Store
-	WorkDir   string // local scratch: batches/ and checkpoints/
+	// Engine is the local server's engine client (-inference-engine); nil:
+	// t1flow's own server behind Inference.
+	Engine inference.Engine
+	// ProbeTolerance is how far an engine's log-probs on the reload probe may
+	// be from the trainer's (0: by the serving dtype, reload.go).
+	ProbeTolerance float64
+	Store          store.Store
+	WorkDir        string // local scratch: batches/ and checkpoints/
 	// Running reports whether a campaign's workflow still runs (for the
 	// trainer's lease, lease.go); nil: a holder is taken to run.
 	Running func(ctx context.Context, campaign string) (bool, error)

@@ -97,3 +97,19 @@ func WaitHealthy(ctx context.Context, probe func(context.Context) error, timeout
 	}
 	return errors.Join(fmt.Errorf("no healthy answer within %s", timeout), last)
 }
+
+// Score asks the trainer for its policy's log-prob of tokens[1:] at the
+// temperature, replaying routing ([T−1][MoE layers][top_k]) when given; it
+// also returns the trainer's weight version.
+func (c *Client) Score(ctx context.Context, tokens []int, routing [][][]int32, temperature float64) ([]float64, string, error) {
+	body := map[string]any{"tokens": tokens, "temperature": temperature}
+	if routing != nil {
+		body["routing"] = routing
+	}
+	var r struct {
+		Logprobs      []float64 `json:"logprobs"`
+		WeightVersion string    `json:"weight_version"`
+	}
+	err := c.do(ctx, http.MethodPost, "/score", body, &r)
+	return r.Logprobs, r.WeightVersion, err
+}

@@ -82,8 +82,8 @@ func sample(t *testing.T, inf *inference.Client, st store.Store, n int, prefix s
 			if rec.Routing, err = resp.RoutedExperts(); err != nil {
 				t.Fatal(err)
 			}
-			if want := len(rec.Tokens) * info.NumLayers * info.TopK; len(rec.Routing) != want {
-				t.Fatalf("routing covers %d entries, want %d (every position)", len(rec.Routing), want)
+			if want := (len(rec.Tokens) - 1) * info.NumLayers * info.TopK; len(rec.Routing) != want {
+				t.Fatalf("routing covers %d entries, want %d (T−1 rows: every position but the last sampled token)", len(rec.Routing), want)
 			}
 		}
 		b, err := rec.Encode()

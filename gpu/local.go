@@ -21,9 +21,12 @@ type LocalOptions struct {
 	Backend string
 	// Init is the model both processes start from: a checkpoint dir (the
 	// hf backend: a Hugging Face checkpoint dir, required), or "" / "random".
-	Init       string
-	Inference  string // an existing server's URL; empty starts the reference server
-	ServerArgs []string
+	Init      string
+	Inference string // an existing server's URL; empty starts the reference server
+	// InferenceEngine is the kind of that server (inference.EngineT1flow,
+	// EngineSGLang, EngineVLLM; empty: t1flow).
+	InferenceEngine string
+	ServerArgs      []string
 	// TrainerArgs: extra arguments for the trainer.
 	TrainerArgs []string
 	// InferenceHangWindow: the inference server is restarted once it has
@@ -95,7 +98,16 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		url = l.Inference.URL()
 	}
 	os.WriteFile(filepath.Join(o.Home, "inference.url"), []byte(url+"\n"), 0o644)
-	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Store: o.Store, WorkDir: work,
+	eng, err := inference.NewEngine(o.InferenceEngine, url, nil)
+	if err != nil {
+		l.Stop()
+		return nil, err
+	}
+	if err := checkLaunchFlags(ctx, eng, b.Name, o.Init); err != nil {
+		l.Stop()
+		return nil, err
+	}
+	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Engine: eng, Store: o.Store, WorkDir: work,
 		RestartTrainer: l.Trainer.Kill}
 	if b.Name == BackendHF {
 		l.Acts.Model = o.Init
@@ -133,4 +145,27 @@ func claimHome(work, backend string) error {
 		return err
 	}
 	return os.WriteFile(f, []byte(backend+"\n"), 0o644)
+}
+
+// checkLaunchFlags refuses an engine launched without routed-experts
+// capture when the policy is an MoE (R3 on): the reference model always is;
+// an hf checkpoint is when its config.json has experts.
+func checkLaunchFlags(ctx context.Context, e inference.Engine, backend, init string) error {
+	r3 := backend != BackendHF
+	if p := filepath.Join(init, "config.json"); init != "" && backend == BackendHF {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return fmt.Errorf("-model %s: %w", init, err)
+		}
+		f, err := inference.FactsFromConfig(p, b)
+		if err != nil {
+			return err
+		}
+		r3 = f.MoE()
+	}
+	info, err := e.Info(ctx)
+	if err != nil {
+		return fmt.Errorf("inference %s at %s: %w", e.Kind(), e.URL(), err)
+	}
+	return inference.CheckLaunchFlags(e.Kind(), info, r3)
 }

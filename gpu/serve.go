@@ -1,11 +1,15 @@
 package gpu
 
 // Publishing checkpoints to inference servers: the trainer boundary's other
-// half, so the weights a rollout samples are the ones a step trained.
+// half, so the weights a rollout samples are the ones a step trained. Every
+// reload is verified (reload.go) before the version is reported served.
 
 import (
 	"context"
-	"fmt"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
 
 	"go.temporal.io/sdk/activity"
 
@@ -22,24 +26,49 @@ type LoadInput struct {
 	URLs []string `json:"urls,omitempty"`
 }
 
+// engine is the client of the server at u (this worker's own, or a
+// replica of the same kind).
+func (a *Activities) engine(u string) inference.Engine {
+	own := a.localEngine()
+	if u == "" || u == own.URL() {
+		return own
+	}
+	e, err := inference.NewEngine(own.Kind(), u, a.httpClient())
+	if err != nil {
+		return own // the kind was checked when the worker started
+	}
+	return e
+}
+
+// localEngine is this worker's inference server's client.
+func (a *Activities) localEngine() inference.Engine {
+	if a.Engine != nil {
+		return a.Engine
+	}
+	return &inference.T1flow{SGLang: inference.SGLang{Client: a.Inference}}
+}
+
+func (a *Activities) httpClient() *http.Client {
+	if a.Inference != nil {
+		return a.Inference.HTTP
+	}
+	return nil
+}
+
 // InferenceLoadAll loads a stored checkpoint into every named server and
 // returns the weight version they all serve now.
 func (a *Activities) InferenceLoadAll(ctx context.Context, in LoadInput) (string, error) {
-	dir, err := a.fetchCheckpoint(ctx, in.Checkpoint)
+	dir, err := a.servingCheckpoint(ctx, in.Checkpoint)
 	if err != nil {
 		return "", err
 	}
 	urls := in.URLs
 	if len(urls) == 0 {
-		urls = []string{a.Inference.BaseURL}
+		urls = []string{a.localEngine().URL()}
 	}
 	for _, u := range urls {
-		version, err := loadInto(ctx, &inference.Client{BaseURL: u, HTTP: a.Inference.HTTP}, dir)
-		if err != nil {
+		if err := a.loadVerified(ctx, a.engine(u), dir, in.Checkpoint.WeightVersion); err != nil {
 			return "", err
-		}
-		if version != in.Checkpoint.WeightVersion {
-			return "", errs.Infraf("%s serves %s after loading checkpoint %s (%s)", u, version, in.Checkpoint.Name, in.Checkpoint.WeightVersion)
 		}
 		if activity.IsActivity(ctx) {
 			activity.RecordHeartbeat(ctx, u)
@@ -52,24 +81,66 @@ func (a *Activities) InferenceLoadAll(ctx context.Context, in LoadInput) (string
 // returns the weight version it now serves. (Recorded histories call it;
 // new workflow code calls InferenceLoadAll.)
 func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, error) {
+	dir, err := a.servingCheckpoint(ctx, ck)
+	if err != nil {
+		return "", err
+	}
+	if err := a.loadVerified(ctx, a.localEngine(), dir, ck.WeightVersion); err != nil {
+		return "", err
+	}
+	return ck.WeightVersion, nil
+}
+
+// servingCheckpoint fetches a checkpoint and returns the directory an engine
+// loads: the policy's files only. SGLang loads every *.safetensors of a
+// directory without an index, so the critic (critic.safetensors), the
+// optimiser and the manifest stay out of it.
+func (a *Activities) servingCheckpoint(ctx context.Context, ck Checkpoint) (string, error) {
 	dir, err := a.fetchCheckpoint(ctx, ck)
 	if err != nil {
 		return "", err
 	}
-	return loadInto(ctx, a.Inference, dir)
+	serve := dir + ".serve"
+	tmp := serve + ".tmp"
+	os.RemoveAll(tmp)
+	if err := os.MkdirAll(tmp, 0o755); err != nil {
+		return "", errs.Infraf("%v", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", errs.Infraf("%v", err)
+	}
+	for _, e := range ents {
+		if !servedFile(e.Name()) {
+			continue
+		}
+		src, dst := filepath.Join(dir, e.Name()), filepath.Join(tmp, e.Name())
+		if err := os.Link(src, dst); err != nil {
+			b, rerr := os.ReadFile(src)
+			if rerr != nil {
+				return "", errs.Infraf("%v", rerr)
+			}
+			if err := os.WriteFile(dst, b, 0o644); err != nil {
+				return "", errs.Infraf("%v", err)
+			}
+		}
+	}
+	os.RemoveAll(serve)
+	if err := os.Rename(tmp, serve); err != nil {
+		return "", errs.Infraf("%v", err)
+	}
+	return serve, nil
 }
 
-// loadInto has one server load a local checkpoint directory and returns the
-// weight version it serves afterwards.
-func loadInto(ctx context.Context, c *inference.Client, dir string) (string, error) {
-	if err := c.UpdateWeightsFromDisk(ctx, dir, ""); err != nil {
-		return "", classify(fmt.Errorf("%s: %w", c.BaseURL, err))
+// servedFile says whether a checkpoint file belongs in the engine's directory.
+func servedFile(name string) bool {
+	switch {
+	case name == "manifest.json", name == "optim.pt":
+		return false
+	case filepath.Ext(name) == ".safetensors" && len(name) >= 6 && name[:6] == "critic":
+		return false
 	}
-	info, err := c.ModelInfo(ctx)
-	if err != nil {
-		return "", classify(fmt.Errorf("%s: %w", c.BaseURL, err))
-	}
-	return info.WeightVersion, nil
+	return true
 }
 
 // InferenceInfo names the inference server this GPU worker runs and the
@@ -79,11 +150,52 @@ type InferenceInfo struct {
 	WeightVersion string   `json:"weight_version"`
 }
 
-// InferenceInfo reports the local inference server.
+// InferenceInfo reports the local inference server. An engine that came
+// back from a restart serving other weights than the last verified load
+// (a stock engine serves its launch weights) is given that checkpoint again
+// first.
 func (a *Activities) InferenceInfo(ctx context.Context) (InferenceInfo, error) {
-	info, err := a.Inference.ModelInfo(ctx)
+	e := a.localEngine()
+	info, err := e.Info(ctx)
 	if err != nil {
 		return InferenceInfo{}, classify(err)
 	}
-	return InferenceInfo{URLs: []string{a.Inference.BaseURL}, WeightVersion: info.WeightVersion}, nil
+	if last, ok := a.lastServed(); ok && info.WeightVersion != last.Version {
+		if err := a.loadVerified(ctx, e, last.Dir, last.Version); err != nil {
+			return InferenceInfo{}, err
+		}
+		info.WeightVersion = last.Version
+	}
+	return InferenceInfo{URLs: []string{e.URL()}, WeightVersion: info.WeightVersion}, nil
+}
+
+// served is the last checkpoint this worker's server verifiably serves.
+type served struct {
+	Dir     string `json:"dir"`
+	Version string `json:"weight_version"`
+}
+
+func (a *Activities) servedPath() string { return filepath.Join(a.WorkDir, "inference.verified.json") }
+
+func (a *Activities) lastServed() (served, bool) {
+	var s served
+	b, err := os.ReadFile(a.servedPath())
+	if err != nil || json.Unmarshal(b, &s) != nil || s.Dir == "" {
+		return s, false
+	}
+	if _, err := os.Stat(s.Dir); err != nil {
+		return s, false
+	}
+	return s, true
+}
+
+func (a *Activities) rememberServed(e inference.Engine, dir, version string) {
+	if e.URL() != a.localEngine().URL() || a.WorkDir == "" {
+		return
+	}
+	b, _ := json.Marshal(served{Dir: dir, Version: version})
+	tmp := a.servedPath() + ".tmp"
+	if os.WriteFile(tmp, b, 0o644) == nil {
+		os.Rename(tmp, a.servedPath())
+	}
 }

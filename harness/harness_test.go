@@ -1,9 +1,8 @@
 package harness
 
 import (
-	"encoding/base64"
-	"encoding/binary"
 	"errors"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -30,14 +29,6 @@ func TestParseAction(t *testing.T) {
 	}
 }
 
-func routed(v []int32) string {
-	b := make([]byte, 4*len(v))
-	for i, x := range v {
-		binary.LittleEndian.PutUint32(b[4*i:], uint32(x))
-	}
-	return base64.StdEncoding.EncodeToString(b)
-}
-
 // errType is the application error type behind err.
 func errType(err error) string {
 	var ae *temporal.ApplicationError
@@ -48,68 +39,78 @@ func errType(err error) string {
 }
 
 func TestCaptureRoutingValidates(t *testing.T) {
-	info := inference.ModelInfo{NumLayers: 2, TopK: 2, NumExperts: 4}
-	resp := func(v []int32) *inference.GenerateResponse {
-		r := &inference.GenerateResponse{}
+	// 3 layers, of which 0 and 2 are MoE (layer 1 dense: SGLang zero-fills it).
+	facts := inference.ModelFacts{Layers: 3, MoELayers: []int{0, 2}, TopK: 2, Experts: 4}
+	gen := func(start int, v []int32) *inference.Generation {
+		g := &inference.Generation{}
 		if v != nil {
-			r.MetaInfo.RoutedExperts = routed(v)
+			g.Routing = &inference.Routing{Start: start, IDs: v}
 		}
-		return r
+		return g
 	}
-	good := []int32{0, 1, 2, 3, 1, 0, 3, 2} // 2 positions × 2 layers × top-2
-	if r, err := CaptureRouting(resp(good), info, 5, 7); err != nil || len(r) != 8 {
-		t.Fatalf("%v %v", r, err)
+	// Positions 5 and 6 of a turn whose prompt+output is 8 tokens: T−1 rows.
+	good := []int32{0, 1, 0, 0, 2, 3, 1, 0, 0, 0, 3, 2}
+	r, err := CaptureRouting(gen(5, good), facts, 5, 7)
+	if err != nil || !reflect.DeepEqual(r, []int32{0, 1, 2, 3, 1, 0, 3, 2}) {
+		t.Fatalf("MoE rows %v %v (the dense layer must be dropped)", r, err)
 	}
-	cases := map[string][]int32{
-		"missing":      nil,
-		"short":        good[:6],
-		"out of range": {0, 1, 2, 9, 1, 0, 3, 2},
-		"zero layer":   {0, 0, 2, 3, 0, 0, 3, 2},
+	// The same rows as vLLM may return them, MoE layers only, with their shape.
+	moeOnly := &inference.Generation{Routing: &inference.Routing{Start: 5, Rows: 2, Layers: 2, TopK: 2, IDs: r}}
+	if r2, err := CaptureRouting(moeOnly, facts, 5, 7); err != nil || !reflect.DeepEqual(r2, r) {
+		t.Fatalf("MoE-only layout: %v %v", r2, err)
 	}
-	for name, v := range cases {
-		_, err := CaptureRouting(resp(v), info, 5, 7)
-		if err == nil || !strings.Contains(err.Error(), "") || errType(err) != errs.RoutingMissing {
+	extra := append(append([]int32{}, good...), 1, 2, 0, 0, 3, 0) // a row for the last sampled token too
+	cases := map[string]*inference.Generation{
+		"missing":            gen(5, nil),
+		"short":              gen(5, good[:6]),
+		"a row too many":     gen(5, extra),
+		"starts one early":   gen(4, good),
+		"out of range":       gen(5, []int32{0, 1, 0, 0, 2, 9, 1, 0, 0, 0, 3, 2}),
+		"zero MoE layer":     gen(5, []int32{0, 0, 0, 0, 2, 3, 0, 0, 0, 0, 3, 2}),
+		"not whole rows":     gen(5, good[:5]),
+		"top-k disagrees":    {Routing: &inference.Routing{Start: 5, Rows: 2, Layers: 2, TopK: 1, IDs: r[:4]}},
+		"layers disagree":    {Routing: &inference.Routing{Start: 5, Rows: 1, Layers: 4, TopK: 2, IDs: make([]int32, 8)}},
+		"dense model routed": {Routing: &inference.Routing{Start: 5, IDs: good}},
+	}
+	for name, g := range cases {
+		f := facts
+		if name == "dense model routed" {
+			f = inference.ModelFacts{Layers: 3}
+		}
+		_, err := CaptureRouting(g, f, 5, 7)
+		if err == nil || errType(err) != errs.RoutingMissing {
 			t.Errorf("%s: want RoutingMissing, got %v", name, err)
 		}
 	}
 }
 
 func TestStitchCases(t *testing.T) {
-	mk := func(fr map[string]any) *inference.GenerateResponse {
-		r := &inference.GenerateResponse{}
-		r.MetaInfo.FinishReason = fr
-		return r
-	}
-	for want, fr := range map[string]map[string]any{
-		StitchEOT:        {"type": "stop", "matched": float64(260)},
-		StitchEOS:        {"type": "stop", "matched": float64(258)},
-		StitchStopString: {"type": "stop", "matched": "</s>"},
-		StitchLength:     {"type": "length", "length": float64(32)},
+	tok := func(v int) *int { return &v }
+	for want, g := range map[string]inference.Generation{
+		StitchEOT:        {Finish: inference.Finish{Kind: inference.FinishStop, MatchedToken: tok(260)}},
+		StitchEOS:        {Finish: inference.Finish{Kind: inference.FinishStop, MatchedToken: tok(258)}},
+		StitchStopString: {Finish: inference.Finish{Kind: inference.FinishStop, MatchedText: "</s>"}},
+		StitchLength:     {Finish: inference.Finish{Kind: inference.FinishLength}},
 	} {
-		if got, err := StitchCase(mk(fr), 260); got != want || err != nil {
-			t.Errorf("%v: got %s (%v), want %s", fr, got, err, want)
+		if got, err := StitchCase(&g, 260); got != want || err != nil {
+			t.Errorf("%+v: got %s (%v), want %s", g.Finish, got, err, want)
 		}
+	}
+	// vLLM does not name the stop token: the last output token decides.
+	g := inference.Generation{OutputIDs: []int{5, 260}, Finish: inference.Finish{Kind: inference.FinishStop}}
+	if got, _ := StitchCase(&g, 260); got != StitchEOT {
+		t.Errorf("unnamed stop on the end of turn: %s", got)
+	}
+	g.OutputIDs = []int{5, 258}
+	if got, _ := StitchCase(&g, 260); got != StitchEOS {
+		t.Errorf("unnamed stop on another token: %s", got)
 	}
 }
 
-// An abort or a finish reason nobody knows must never be stitched as if the
-// budget ran out: abort is retryable (InfraError), the rest an error.
-func TestUnknownFinishReasonsAreErrors(t *testing.T) {
-	mk := func(fr map[string]any) *inference.GenerateResponse {
-		r := &inference.GenerateResponse{}
-		r.MetaInfo.FinishReason = fr
-		return r
-	}
-	for fr, want := range map[*map[string]any]string{
-		{"type": "abort", "message": "non-finite logits at position 7"}: errs.Infra,
-		{"type": "cancelled"}: errs.BadInput,
-		{}:                    errs.BadInput,
-		{"type": "stop"}:      errs.BadInput,
-	} {
-		got, err := StitchCase(mk(*fr), 260)
-		if err == nil || errType(err) != want {
-			t.Errorf("%v: got %q, %v; want a %s error", *fr, got, err, want)
-		}
+// A finish nobody knows must never be stitched as if the budget ran out.
+func TestUnknownFinishIsAnError(t *testing.T) {
+	if got, err := StitchCase(&inference.Generation{}, 260); err == nil || errType(err) != errs.BadInput {
+		t.Errorf("empty finish: %q, %v", got, err)
 	}
 }
 

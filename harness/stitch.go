@@ -16,61 +16,67 @@ const (
 )
 
 // StitchCase names how generation stopped; eot is the end-of-turn token ID
-// (the chat template's EndOfTurnID).
-// SGLang reports stop, length or abort: an abort (the sampler gave up on the
-// request) is a retryable InfraError, and anything else is an error too,
+// (the chat template's EndOfTurnID). The engine client has already turned an
+// abort (SGLang's abort finish reason, a NaN log-prob, vLLM's abort or error)
+// into an *inference.AbortError and an unknown finish reason into an error,
 // never taken for "length", since it would stitch a turn whose end nobody
 // knows.
-func StitchCase(resp *inference.GenerateResponse, eot int) (string, error) {
-	fr := resp.MetaInfo.FinishReason
-	switch fr["type"] {
-	case "length":
+func StitchCase(g *inference.Generation, eot int) (string, error) {
+	switch g.Finish.Kind {
+	case inference.FinishLength:
 		return StitchLength, nil
-	case "stop":
-		switch m := fr["matched"].(type) {
-		case float64:
-			if int(m) == eot {
-				return StitchEOT, nil
-			}
+	case inference.FinishStop:
+		switch {
+		case g.Finish.MatchedToken != nil && *g.Finish.MatchedToken == eot:
+			return StitchEOT, nil
+		case g.Finish.MatchedToken != nil:
 			return StitchEOS, nil
-		case string:
+		case g.Finish.MatchedText != "":
 			return StitchStopString, nil
+		case len(g.OutputIDs) > 0 && g.OutputIDs[len(g.OutputIDs)-1] == eot:
+			return StitchEOT, nil // an engine that does not name the stop token (vLLM)
 		}
-		return "", errs.BadInputf("inference: finish_reason %v: stop without a matched token or string", fr)
-	case "abort":
-		return "", errs.Infraf("inference aborted the generation: %v", fr["message"])
+		return StitchEOS, nil
 	}
-	return "", errs.BadInputf("inference: unknown finish_reason %v (expected stop, length or abort)", fr)
+	return "", errs.BadInputf("inference: finish %+v: expected stop or length", g.Finish)
 }
 
-// CaptureRouting validates one turn's routed experts: every position the
-// sampler processed since `from`, with the model's layers and top-k, expert
-// IDs in range, and no all-zero MoE layer. Anything else is RoutingMissing.
-func CaptureRouting(resp *inference.GenerateResponse, info inference.ModelInfo, from, to int) ([]int32, error) {
-	r, err := resp.RoutedExperts()
+// CaptureRouting validates one turn's routed experts, the T−1 rows the
+// engine returns for positions [from, to) (to = prompt + output − 1: the last
+// sampled token has not been forwarded and has none), and returns the MoE
+// layers' rows only, as the trajectory stores them: every row present,
+// top-k as config.json says, expert IDs in range, no all-zero MoE layer
+// (dense layers, zero-filled by SGLang, are dropped, not checked). Anything
+// else is RoutingMissing.
+func CaptureRouting(g *inference.Generation, f inference.ModelFacts, from, to int) ([]int32, error) {
+	if g.Routing == nil {
+		return nil, errs.RoutingMissingf("routed_experts missing from the response")
+	}
+	if g.Routing.Start != from {
+		return nil, errs.RoutingMissingf("routing starts at position %d, asked from %d", g.Routing.Start, from)
+	}
+	r, rows, err := g.Routing.MoERows(f)
 	if err != nil {
 		return nil, errs.RoutingMissingf("%v", err)
 	}
-	per := info.NumLayers * info.TopK
-	if per == 0 {
-		return nil, errs.RoutingMissingf("model info reports %d layers × top-%d: not an MoE model", info.NumLayers, info.TopK)
+	if rows != to-from {
+		return nil, errs.RoutingMissingf("routing has %d rows, expected %d (positions [%d, %d): the last sampled token has none)", rows, to-from, from, to)
 	}
-	if len(r) != (to-from)*per {
-		return nil, errs.RoutingMissingf("routing has %d entries, expected %d positions × %d layers × top-%d = %d", len(r), to-from, info.NumLayers, info.TopK, (to-from)*per)
-	}
-	nonzero := make([]bool, info.NumLayers)
+	layers, k := len(f.MoELayers), f.TopK
+	per := layers * k
+	nonzero := make([]bool, layers)
 	for i, e := range r {
-		if e < 0 || int(e) >= info.NumExperts {
-			return nil, errs.RoutingMissingf("expert ID %d at position %d is outside [0, %d)", e, from+i/per, info.NumExperts)
+		if e < 0 || int(e) >= f.Experts {
+			return nil, errs.RoutingMissingf("expert ID %d at position %d is outside [0, %d)", e, from+i/per, f.Experts)
 		}
 		if e != 0 {
-			nonzero[(i%per)/info.TopK] = true
+			nonzero[(i%per)/k] = true
 		}
 	}
-	if to-from > 1 || info.TopK > 1 {
+	if rows > 1 || k > 1 {
 		for l, ok := range nonzero {
 			if !ok {
-				return nil, errs.RoutingMissingf("layer %d is all zero across %d positions (capture failed)", l, to-from)
+				return nil, errs.RoutingMissingf("MoE layer %d is all zero across %d positions (capture failed)", f.MoELayers[l], rows)
 			}
 		}
 	}

@@ -116,6 +116,7 @@ type ModelInfo struct {
 	VocabSize     int            `json:"vocab_size"`
 	BlockSize     int            `json:"block_size"`
 	SpecialTokens map[string]int `json:"special_tokens"`
+	SampleDtype   string         `json:"sample_dtype"`
 	// Chat is the policy's chat template as the harness renders it; nil
 	// when the server does not report one (SGLang itself does not).
 	Chat *ChatTemplate `json:"chat,omitempty"`

@@ -94,6 +94,7 @@ type ServerInfo struct {
 	RoutingCapture *bool
 	// CaptureFlag names the launch flag that turns capture on.
 	CaptureFlag string
+	Dtype       string // the serving dtype, when the engine reports it
 }
 
 // AbortError is a generation the engine gave up on (SGLang's abort finish
@@ -181,4 +182,23 @@ func (r *Routing) MoERows(f ModelFacts) ([]int32, int, error) {
 		}
 	}
 	return out, rows, nil
+}
+
+// CheckLaunchFlags checks, at worker start, that an engine was launched
+// with routed-experts capture when R3 needs it (an MoE policy), naming the
+// flag that is missing; an engine that does not report its flags is refused
+// too, since nothing would catch the missing routing before every turn fails.
+func CheckLaunchFlags(kind string, info ServerInfo, r3 bool) error {
+	if !r3 {
+		return nil
+	}
+	switch {
+	case info.RoutingCapture == nil && kind == EngineVLLM:
+		return fmt.Errorf("inference vllm: R3 needs routed-experts capture, and the server does not report its config (GET /server_info): start it with VLLM_SERVER_DEV_MODE=1 and --enable-return-routed-experts")
+	case info.RoutingCapture == nil:
+		return fmt.Errorf("inference %s: R3 needs routed-experts capture, and the server does not report whether it is on (/server_info): launch it with %s", kind, info.CaptureFlag)
+	case !*info.RoutingCapture:
+		return fmt.Errorf("inference %s: R3 needs routed-experts capture, which is off: launch the server with %s", kind, info.CaptureFlag)
+	}
+	return nil
 }

@@ -28,22 +28,35 @@ type Pool struct {
 }
 
 type replica struct {
-	client      *Client
+	engine      Engine
+	client      *Client // the same server's HTTP side (t1flow's own routes)
 	outstanding atomic.Int64
 	down        atomic.Bool
 }
 
-// NewPool makes a pool over base URLs.
+// NewPool makes a pool over t1flow's own servers (EngineT1flow).
 func NewPool(urls []string, hc *http.Client) (*Pool, error) {
+	return NewEnginePool(EngineT1flow, urls, hc)
+}
+
+// NewEnginePool makes a pool over servers of one engine kind.
+func NewEnginePool(kind string, urls []string, hc *http.Client) (*Pool, error) {
 	if len(urls) == 0 {
 		return nil, errors.New("inference pool: no replica URLs (use --inference URL[,URL...])")
 	}
 	p := &Pool{Retries: 4, Backoff: 200 * time.Millisecond, sticky: map[string]*replica{}}
 	for _, u := range urls {
-		p.replicas = append(p.replicas, &replica{client: &Client{BaseURL: u, HTTP: hc}})
+		e, err := NewEngine(kind, u, hc)
+		if err != nil {
+			return nil, err
+		}
+		p.replicas = append(p.replicas, &replica{engine: e, client: &Client{BaseURL: e.URL(), HTTP: hc}})
 	}
 	return p, nil
 }
+
+// Kind is the engine kind of the pool's replicas.
+func (p *Pool) Kind() string { return p.replicas[0].engine.Kind() }
 
 // URLs lists the replicas.
 func (p *Pool) URLs() []string {
@@ -108,21 +121,22 @@ func Retryable(err error) bool {
 	return err != nil && !errors.Is(err, context.Canceled)
 }
 
-func do[T any](ctx context.Context, p *Pool, session string, fn func(*Client) (T, error)) (T, error) {
+func do[T any](ctx context.Context, p *Pool, session string, fn func(*replica) (T, error)) (T, error) {
 	var zero T
 	backoff := p.Backoff
 	var last error
 	for attempt := 0; attempt <= p.Retries; attempt++ {
 		r := p.pick(session)
 		r.outstanding.Add(1)
-		out, err := fn(r.client)
+		out, err := fn(r)
 		r.outstanding.Add(-1)
 		if err == nil {
 			return out, nil
 		}
 		last = err
-		if !Retryable(err) || ctx.Err() != nil {
-			return zero, err
+		var ab *AbortError
+		if !Retryable(err) || ctx.Err() != nil || errors.As(err, &ab) {
+			return zero, err // an abort is retried by the rollout, with a fresh sandbox
 		}
 		var se *httpjson.StatusError
 		if !errors.As(err, &se) {
@@ -143,7 +157,7 @@ func do[T any](ctx context.Context, p *Pool, session string, fn func(*Client) (T
 func (p *Pool) recheck(r *replica) {
 	for i := 0; i < 30 && r.down.Load(); i++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		if r.client.Health(ctx) == nil {
+		if r.engine.Health(ctx) == nil {
 			r.down.Store(false)
 		}
 		cancel()
@@ -151,17 +165,22 @@ func (p *Pool) recheck(r *replica) {
 	}
 }
 
-// Generate runs /generate for a session.
-func (p *Pool) Generate(ctx context.Context, session string, req GenerateRequest) (*GenerateResponse, error) {
-	return do(ctx, p, session, func(c *Client) (*GenerateResponse, error) { return c.Generate(ctx, req) })
+// Generate runs one generation for a session on its replica.
+func (p *Pool) Generate(ctx context.Context, session string, req Request) (*Generation, error) {
+	return do(ctx, p, session, func(r *replica) (*Generation, error) { return r.engine.Generate(ctx, req) })
 }
 
-// ModelInfo asks the session's replica.
+// Info asks the session's replica what it reports about itself.
+func (p *Pool) Info(ctx context.Context, session string) (ServerInfo, error) {
+	return do(ctx, p, session, func(r *replica) (ServerInfo, error) { return r.engine.Info(ctx) })
+}
+
+// ModelInfo asks the session's replica for t1flow's /get_model_info.
 func (p *Pool) ModelInfo(ctx context.Context, session string) (ModelInfo, error) {
-	return do(ctx, p, session, func(c *Client) (ModelInfo, error) { return c.ModelInfo(ctx) })
+	return do(ctx, p, session, func(r *replica) (ModelInfo, error) { return r.client.ModelInfo(ctx) })
 }
 
 // Tokenize encodes text on the session's replica (Client.Tokenize).
 func (p *Pool) Tokenize(ctx context.Context, session, text string, splitSpecial bool) ([]int, error) {
-	return do(ctx, p, session, func(c *Client) ([]int, error) { return c.Tokenize(ctx, text, splitSpecial) })
+	return do(ctx, p, session, func(r *replica) ([]int, error) { return r.client.Tokenize(ctx, text, splitSpecial) })
 }

@@ -108,6 +108,7 @@ type sglangServerArgs struct {
 	WeightVersion string `json:"weight_version"`
 	ContextLength *int   `json:"context_length"`
 	RoutedExperts *bool  `json:"enable_return_routed_experts"`
+	Dtype         string `json:"dtype"`
 }
 
 // Info reads /model_info and /server_info (the deprecated /get_* routes on
@@ -125,7 +126,7 @@ func (s *SGLang) Info(ctx context.Context) (ServerInfo, error) {
 		return ServerInfo{}, err
 	}
 	info := ServerInfo{ModelPath: mi.ModelPath, WeightVersion: mi.WeightVersion, RoutingCapture: sa.RoutedExperts,
-		CaptureFlag: "--enable-return-routed-experts (server_args.enable_return_routed_experts)"}
+		CaptureFlag: "--enable-return-routed-experts (server_args.enable_return_routed_experts)", Dtype: sa.Dtype}
 	if info.WeightVersion == "" {
 		info.WeightVersion = sa.WeightVersion
 	}
@@ -166,5 +167,5 @@ func (t *T1flow) Info(ctx context.Context) (ServerInfo, error) {
 	}
 	on := true
 	return ServerInfo{ModelPath: mi.ModelPath, WeightVersion: mi.WeightVersion, ContextLen: mi.BlockSize, RoutingCapture: &on,
-		CaptureFlag: "(always on in t1flow's servers)"}, nil
+		CaptureFlag: "(always on in t1flow's servers)", Dtype: mi.SampleDtype}, nil
 }

@@ -258,3 +258,38 @@ func TestSGLangDeprecatedInfoRoutes(t *testing.T) {
 		t.Fatalf("info from /get_model_info and /get_server_info: %+v %v", info, err)
 	}
 }
+
+func TestLaunchFlagsNameTheMissingFlag(t *testing.T) {
+	on, off := true, false
+	cases := []struct {
+		kind string
+		info ServerInfo
+		r3   bool
+		want string
+	}{
+		{EngineSGLang, ServerInfo{RoutingCapture: &off, CaptureFlag: "--enable-return-routed-experts"}, true, "--enable-return-routed-experts"},
+		{EngineVLLM, ServerInfo{}, true, "VLLM_SERVER_DEV_MODE=1"},
+		{EngineSGLang, ServerInfo{CaptureFlag: "--enable-return-routed-experts"}, true, "does not report"},
+	}
+	for _, c := range cases {
+		if err := CheckLaunchFlags(c.kind, c.info, c.r3); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s %+v: %v, want an error naming %q", c.kind, c.info, err, c.want)
+		}
+	}
+	if err := CheckLaunchFlags(EngineSGLang, ServerInfo{RoutingCapture: &on}, true); err != nil {
+		t.Error(err)
+	}
+	if err := CheckLaunchFlags(EngineVLLM, ServerInfo{RoutingCapture: &off}, false); err != nil {
+		t.Errorf("a dense policy (R3 off) needs no capture: %v", err)
+	}
+	// Against the fakes: SGLang launched without the flag is refused.
+	s := defaultSGLang()
+	s.captureFlag = false
+	info, err := newStockSGLang(t, s).Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CheckLaunchFlags(EngineSGLang, info, true); err == nil || !strings.Contains(err.Error(), "enable_return_routed_experts") {
+		t.Errorf("SGLang without capture: %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/worker"
 
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
@@ -36,9 +37,16 @@ type gpuFlags struct {
 	trainerArgs string
 	stallWindow time.Duration
 	hangWindow  time.Duration // the inference server's watchdog
+	// engine is the policy inference engine's kind (-inference-engine), for
+	// the gpu role's server and the rollouts' clients; modelFiles the URL of
+	// the model-files sidecar (config.json of the served checkpoint).
+	engine     string
+	modelFiles string
 }
 
 func (g *gpuFlags) register() {
+	flag.StringVar(&g.engine, "inference-engine", inference.EngineKindFromEnv(), "policy inference engine: t1flow (gpu/reference, gpu/hf servers), sglang or vllm as they ship (env "+inference.EngineEnv+")")
+	flag.StringVar(&g.modelFiles, "model-files", os.Getenv("T1FLOW_MODEL_FILES"), "URL of the model-files sidecar serving the policy checkpoint's config.json (needed with -inference-engine sglang|vllm)")
 	flag.StringVar(&g.gpus, "gpus", os.Getenv("T1FLOW_GPUS"), "GPU indices for this worker's processes (e.g. 0,1), 'cpu', or empty to ask nvidia-smi")
 	flag.IntVar(&g.perProcess, "gpus-per-process", 1, "devices per trainer or inference process")
 	flag.StringVar(&g.backend, "gpu-backend", envOr("T1FLOW_GPU_BACKEND", gpu.BackendReference), "trainer and inference backend: reference (gpu/reference) or hf (gpu/hf: a Hugging Face MoE checkpoint, needs -model and `make hfenv`)")
@@ -67,7 +75,7 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, h
 		return nil, nil, err
 	}
 	home, _ := filepath.Abs(config.Home())
-	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: home, Slots: slots, Backend: g.backend, Init: init, Inference: g.inference,
+	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: home, Slots: slots, Backend: g.backend, Init: init, Inference: g.inference, InferenceEngine: g.engine,
 		ServerArgs: strings.Fields(g.serverArgs), TrainerArgs: strings.Fields(g.trainerArgs),
 		InferenceHangWindow: g.hangWindow, Store: st})
 	if err != nil {

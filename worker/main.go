@@ -80,7 +80,7 @@ func run() error {
 	}
 	acts := &activities.Activities{Store: st, Host: ids.Clean(*host),
 		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes"),
-		MaxSandboxes: *maxSandboxes, AdmissionWait: *admissionWait}
+		MaxSandboxes: *maxSandboxes, AdmissionWait: *admissionWait, InferenceEngine: g.engine, ModelFiles: g.modelFiles}
 	sleep, err := activities.CheckSleepBackend(*backend)
 	if err != nil {
 		return err

@@ -122,7 +122,7 @@ func checkHFRollouts(t *testing.T, r *rig, rollouts []workflows.RolloutResult, c
 		if ep == nil || ro.Trajectory == nil {
 			t.Fatalf("%s: no trajectory (%s)", ro.RolloutID, ro.Error)
 		}
-		if !ep.Routing.Valid || ep.Routing.Covered != ep.Tokens || ep.Routing.Layers != info.NumLayers || ep.Routing.TopK != info.TopK || ep.StitchCases["initial"] != 1 {
+		if !ep.Routing.Valid || ep.Routing.Covered != ep.Tokens-1 || ep.Routing.Layers != info.NumLayers || ep.Routing.TopK != info.TopK || ep.StitchCases["initial"] != 1 {
 			t.Errorf("%s: routing %+v, stitches %v", ro.RolloutID, ep.Routing, ep.StitchCases)
 		}
 		if ep.Drift.PromptMismatches != 0 || ep.Drift.LossMismatches != 0 {

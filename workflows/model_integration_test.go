@@ -75,7 +75,7 @@ func TestPolicyRolloutTrajectoryTrainsInPPO(t *testing.T) {
 		t.Errorf("TITO drift: %+v", ep.Drift)
 	}
 	t.Logf("re-encoded context share %.3f", ep.Drift.ReencodedContextShare)
-	if !ep.Routing.Valid || ep.Routing.Covered != ep.Tokens || ep.StitchCases["initial"] != 1 {
+	if !ep.Routing.Valid || ep.Routing.Covered != ep.Tokens-1 || ep.StitchCases["initial"] != 1 {
 		t.Errorf("routing %+v, stitches %v", ep.Routing, ep.StitchCases)
 	}
 	// Read the artifact itself: the loss region is exactly the sampled tokens,

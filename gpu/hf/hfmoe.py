@@ -102,6 +102,11 @@ def install_routing(model):
     if not blocks:
         raise ValueError(f"{type(model).__name__} has no sparse MoE blocks (supported: Qwen3-MoE, OLMoE, Mixtral)")
     ctl = RouterControl(len(blocks), blocks[0].top_k, blocks[0].num_experts)
+    # Which decoder layers hold them (SGLang's routing layout has every layer).
+    layers = model.model.layers if hasattr(model, "model") and hasattr(model.model, "layers") else []
+    ids = {id(b) for b in blocks}
+    ctl.moe_layers = [i for i, layer in enumerate(layers) if any(id(m) in ids for m in layer.modules())] or list(range(len(blocks)))
+    ctl.n_hidden_layers = int(getattr(model.config, "num_hidden_layers", len(blocks)))
     for i, b in enumerate(blocks):
         b._t1_ctl, b._t1_layer = ctl, i
         b.forward = routed_forward.__get__(b)
@@ -176,9 +181,19 @@ def context_length(model, override=0):
     return min(n, override) if override and override > 0 else n
 
 
+def config_json(model, path):
+    """The checkpoint's config.json, verbatim when the directory has one."""
+    p = os.path.join(path, "config.json")
+    if os.path.isfile(p):
+        with open(p) as f:
+            return json.load(f)
+    return model.config.to_dict()
+
+
 def model_facts(model):
     ctl = model.t1_routing
     return {"num_layers": ctl.n_layers, "num_experts": ctl.n_experts, "top_k": ctl.top_k,
+            "num_hidden_layers": ctl.n_hidden_layers, "moe_layers": list(ctl.moe_layers),
             "vocab_size": int(model.config.vocab_size), "architecture": type(model).__name__,
             "model_type": model.config.model_type,
             "norm_topk_prob": bool(getattr(model.config, "norm_topk_prob", True))}

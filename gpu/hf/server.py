@@ -131,6 +131,7 @@ class Engine:
             "router_jitter": self.args.router_jitter, "backend": "hf",
             "radix_cache": self.cache is not None, "prefix_cache_tokens": self.cache.max_tokens if self.cache else 0,
             "chat": self.chat,
+            "config": hfmoe.config_json(self.model, self.model_path),
         }
 
     # ---- forward -------------------------------------------------------------
@@ -232,11 +233,8 @@ class Engine:
                 logits, r = self._forward([t], cache, pos, capture, jitter=jitter)
                 routes.append(r)
                 pos += 1
-            if want_routing and out_ids and finish["type"] != "abort":
-                # The last sampled token has not been through the model yet:
-                # run it too, so routing covers every position.
-                _, r = self._forward([out_ids[-1]], cache, pos, True, jitter=jitter)
-                routes.append(r)
+            # The last sampled token has not been through the model: as SGLang
+            # and vLLM, it has no routing row (T-1 rows: positions [start, len-1)).
             routes = torch.cat(routes, dim=0) if capture else None   # (positions processed, L, k)
             if self.cache is not None and finish["type"] != "abort":
                 processed = (ids + out_ids)[:routes.shape[0]]
@@ -256,8 +254,12 @@ class Engine:
         if first or self.args.drop_routing_frac > 0 and self.fault_rng.random() < self.args.drop_routing_frac:
             meta["routed_experts_dropped"] = True   # fault injection: routing "lost"
             return
-        a = np.ascontiguousarray(r.to(torch.int32).cpu().numpy())   # (positions, L, k)
-        meta["routed_experts"] = base64.b64encode(a.astype("<i4").tobytes()).decode()
+        # SGLang's layout: (positions, num_hidden_layers, k) int32, dense layers zero.
+        ctl = self.model.t1_routing
+        moe = r.to(torch.int32).cpu().numpy()   # (positions, MoE layers, k)
+        a = np.zeros((moe.shape[0], ctl.n_hidden_layers, ctl.top_k), dtype="<i4")
+        a[:, ctl.moe_layers, :] = moe
+        meta["routed_experts"] = base64.b64encode(np.ascontiguousarray(a).tobytes()).decode()
 
     # ---- text ----------------------------------------------------------------
     def _encode(self, text, split):

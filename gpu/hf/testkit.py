@@ -17,10 +17,11 @@ import safetensors_io  # noqa: E402  (gpu/reference)
 
 
 def routing_of(engine, resp):
-    """meta_info.routed_experts decoded to (positions, layers, top_k) int32."""
+    """meta_info.routed_experts (SGLang's layout: every layer, dense ones zero)
+    decoded to the trajectory's (positions, MoE layers, top_k) int32."""
     f = engine.info()
     raw = np.frombuffer(base64.b64decode(resp["meta_info"]["routed_experts"]), dtype="<i4")
-    return raw.reshape(-1, f["num_layers"], f["top_k"]).copy()
+    return raw.reshape(-1, f["num_hidden_layers"], f["top_k"])[:, f["moe_layers"], :].copy()
 
 
 def prompt_ids(engine, system, user):
@@ -52,7 +53,7 @@ def episode(engine, prompt, turns=1, max_new=12, seed=0, temperature=1.0, observ
         mask += [1] * len(out)
         logp += [lp for lp, _, _ in r["meta_info"]["output_token_logprobs"]]
         routes.append(routing_of(engine, r))
-        covered = len(tokens)
+        covered = len(tokens) - 1   # T-1 rows: the last sampled token has none
         if i + 1 < turns:
             glue = ("" if out and out[-1] == c["end_of_turn_id"] else c["end_of_turn"]) + c["turn_separator"] + c["user_prefix"]
             ids = engine.tokenize({"text": glue})["tokens"] + engine.tokenize({"text": observation, "split_special_tokens": True})["tokens"]

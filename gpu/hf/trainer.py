@@ -141,6 +141,10 @@ class Trainer(reference.Trainer):
     def _facts(self):
         return hfmoe.model_facts(self.actor)
 
+    def _routing_dims(self):
+        f = self._facts()
+        return f["num_layers"], f["num_experts"], f["top_k"]
+
     # ---- state ---------------------------------------------------------------
     def _write_checkpoint(self, d, crash=lambda _: None):
         """An HF checkpoint directory: the policy (save_pretrained), its
@@ -312,6 +316,7 @@ def main():
         ("POST", "/load"): tr.load,
         ("POST", "/init"): tr.init,
         ("POST", "/cancel"): tr.cancel,
+        ("POST", "/score"): tr.score,
     }
     srv = httpjson.serve(args.host, args.port, routes, "t1flow hf trainer")
     if args.port_file:

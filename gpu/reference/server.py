@@ -171,6 +171,10 @@ class Engine:
             "special_tokens": self.tok.special, "sample_dtype": self.args.sample_dtype,
             "router_jitter": self.args.router_jitter,
             "radix_cache": self.cache is not None, "prefix_cache_tokens": self.cache.max_tokens if self.cache else 0,
+            # The model facts in config.json's terms (the Go side reads every
+            # engine's model from a config.json): every layer is MoE.
+            "config": {"model_type": "t1flow_reference", "num_hidden_layers": c.n_layer, "num_experts": c.n_experts,
+                       "num_experts_per_tok": c.top_k, "vocab_size": c.vocab_size, "max_position_embeddings": c.block_size},
             # The chat template the Go harness renders prompts and glue with
             # (docs/trainer-protocol.md); the sampler stops on end_of_turn_id.
             "chat": {"system_prefix": "<|im_start|><|system|>", "user_prefix": "<|im_start|><|user|>",
@@ -257,11 +261,8 @@ class Engine:
                 logits, routing = self.model(torch.tensor([[t]], device=self.device), caches=caches, start=pos, jitter=jitter)
                 routes.append(routing[0])
                 pos += 1
-            if want_routing and out_ids and finish["type"] != "abort":
-                # The last sampled token has not been through the model yet:
-                # process it too, so routing covers every position.
-                _, routing = self.model(torch.tensor([[out_ids[-1]]], device=self.device), caches=caches, start=pos, jitter=jitter)
-                routes.append(routing[0])
+            # The last sampled token has not been through the model: as SGLang
+            # and vLLM, it has no routing row (T-1 rows: positions [start, len-1)).
             routes = torch.cat(routes, dim=0)   # (positions processed, L, k)
             if self.cache is not None and finish["type"] != "abort":
                 processed = (ids + out_ids)[:routes.shape[0]]

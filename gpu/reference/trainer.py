@@ -426,6 +426,46 @@ class Trainer:
             self.log(f"init random seed={seed} version={self.version}")
             return {"version": self.version, "weight_version": f"v{self.version}"}
 
+    def _routing_dims(self):
+        c = self.actor.cfg
+        return c.n_layer, c.n_experts, c.top_k
+
+    def score(self, req):
+        """POST /score {"tokens", "routing"?, "temperature"?}: the policy's
+        log-prob of tokens[1:] (each given the tokens before it) at the
+        temperature, replaying routing ([T-1][MoE layers][top_k]: the engine's
+        rows for the same tokens) when given. The Go side compares an engine's
+        log-probs on a fixed probe with these after every weight reload."""
+        tokens = req.get("tokens")
+        if not isinstance(tokens, list) or len(tokens) < 2 or not all(isinstance(t, int) for t in tokens):
+            raise httpjson.HTTPError(400, "tokens must be a list of at least 2 token IDs")
+        try:
+            temperature = float(req.get("temperature", 1.0))
+        except (TypeError, ValueError):
+            temperature = -1.0
+        if not temperature > 0:
+            raise httpjson.HTTPError(400, f"temperature = {req.get('temperature')!r} must be a number > 0")
+        vocab = getattr(getattr(self.actor, "cfg", None), "vocab_size", None) or self.actor.config.vocab_size
+        if min(tokens) < 0 or max(tokens) >= vocab:
+            raise httpjson.HTTPError(400, f"tokens holds an ID outside [0, {vocab})")
+        n_layers, n_experts, top_k = self._routing_dims()
+        routing = None
+        if req.get("routing") is not None:
+            r = torch.tensor(req["routing"], dtype=torch.long)
+            if tuple(r.shape) != (len(tokens) - 1, n_layers, top_k):
+                raise httpjson.HTTPError(400, f"routing has shape {list(r.shape)}, expected [{len(tokens) - 1}, {n_layers}, {top_k}] (T-1 rows)")
+            if r.min() < 0 or r.max() >= n_experts:
+                raise httpjson.HTTPError(400, f"routing holds expert IDs outside [0, {n_experts})")
+            routing = r.unsqueeze(0).to(self.device)
+        inputs = torch.tensor([tokens[:-1]], device=self.device)
+        targets = torch.tensor([tokens[1:]], device=self.device)
+        with self.lock, torch.no_grad():
+            was = self.actor.training
+            self.actor.eval()
+            logp, _ = self._logp(inputs, targets, routing, torch.tensor([[[temperature]]], device=self.device))
+            self.actor.train(was)
+        return {"logprobs": [float(x) for x in logp[0]], "version": self.version, "weight_version": f"v{self.version}"}
+
     def health(self, _):
         return {"ok": True, "version": self.version, "device": self.device, "busy": self.lock.locked(),
                 "pid": os.getpid(), "cuda": torch.cuda.is_available()}
@@ -463,6 +503,7 @@ def main():
         ("POST", "/load"): tr.load,
         ("POST", "/init"): tr.init,
         ("POST", "/cancel"): tr.cancel,
+        ("POST", "/score"): tr.score,
     }
     srv = httpjson.serve(args.host, args.port, routes, "t1flow reference trainer")
     if args.port_file:

@@ -1,6 +1,9 @@
 // Package trajectory encodes the training record of one rollout: the token
 // IDs the sampler emitted (never re-encoded), the loss mask, the sampler's
-// log-probs, and the routed experts of every position at every MoE layer.
+// log-probs, and the routed experts at every MoE layer of every position the
+// engine forwarded: T−1 rows, as SGLang and vLLM return them (the last
+// sampled token was never forwarded; the training forward over tokens[:-1]
+// needs exactly these).
 package trajectory
 
 import (
@@ -15,7 +18,9 @@ type Record struct {
 	Tokens   []int32   // every position: context and generated
 	LossMask []uint8   // 1 where the policy generated the token
 	Logprobs []float32 // the sampler's log-prob of each generated token, 0 elsewhere
-	// Routing is [positions, Layers, TopK] expert IDs, flattened; nil for SFT data.
+	// Routing is [len(Tokens)-1, Layers, TopK] expert IDs, flattened, Layers
+	// being the MoE layers only (config.json says which); nil for SFT data
+	// and dense models.
 	Routing      []int32
 	Layers, TopK int
 	Experts      int
@@ -40,6 +45,9 @@ func (r *Record) Encode() ([]byte, error) {
 			return nil, fmt.Errorf("trajectory: %d routing entries do not divide into [positions, %d, %d]", len(r.Routing), r.Layers, r.TopK)
 		}
 		p := len(r.Routing) / per
+		if p != n-1 {
+			return nil, fmt.Errorf("trajectory: routing has %d rows for %d tokens; it must have T−1 = %d (the last sampled token has none)", p, n, n-1)
+		}
 		switch {
 		case r.Experts <= 256:
 			b := make([]uint8, len(r.Routing))

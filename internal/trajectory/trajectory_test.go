@@ -10,7 +10,7 @@ import (
 func TestEncodeRoundTripAndRoutingType(t *testing.T) {
 	r := Record{
 		Tokens: []int32{257, 10, 11, 12}, LossMask: []uint8{0, 0, 1, 1}, Logprobs: []float32{0, 0, -0.5, -1.25},
-		Routing: []int32{0, 1, 2, 3, 4, 5, 6, 7}, Layers: 1, TopK: 2, Experts: 8, Meta: map[string]string{"task": "x"},
+		Routing: []int32{0, 1, 2, 3, 4, 5}, Layers: 1, TopK: 2, Experts: 8, Meta: map[string]string{"task": "x"},
 	}
 	b, err := r.Encode()
 	if err != nil {
@@ -28,8 +28,8 @@ func TestEncodeRoundTripAndRoutingType(t *testing.T) {
 		t.Fatalf("tokens %v", tok)
 	}
 	re := ts["routed_experts"]
-	if re.DType != "U8" || len(re.Shape) != 3 || re.Shape[0] != 4 || re.Shape[2] != 2 {
-		t.Fatalf("routing %s %v: want U8 [4,1,2]", re.DType, re.Shape)
+	if re.DType != "U8" || len(re.Shape) != 3 || re.Shape[0] != 3 || re.Shape[2] != 2 {
+		t.Fatalf("routing %s %v: want U8 [3,1,2] (T−1 rows)", re.DType, re.Shape)
 	}
 	r.Experts = 300
 	b, _ = r.Encode()
@@ -45,8 +45,12 @@ func TestEncodeRoundTripAndRoutingType(t *testing.T) {
 func TestEncodeRejectsBadRecords(t *testing.T) {
 	bad := []Record{
 		{Tokens: []int32{1, 2}, LossMask: []uint8{0}, Logprobs: []float32{0, 0}},
-		{Tokens: []int32{1}, LossMask: []uint8{0}, Logprobs: []float32{0}, Routing: []int32{9, 0}, Layers: 1, TopK: 2, Experts: 8},
-		{Tokens: []int32{1}, LossMask: []uint8{0}, Logprobs: []float32{0}, Routing: []int32{1, 0, 2}, Layers: 1, TopK: 2, Experts: 8},
+		{Tokens: []int32{1, 2}, LossMask: []uint8{0, 1}, Logprobs: []float32{0, 0}, Routing: []int32{9, 0}, Layers: 1, TopK: 2, Experts: 8},
+		{Tokens: []int32{1, 2}, LossMask: []uint8{0, 1}, Logprobs: []float32{0, 0}, Routing: []int32{1, 0, 2}, Layers: 1, TopK: 2, Experts: 8},
+		// A row per token (the layout before T−1): one row too many.
+		{Tokens: []int32{1, 2}, LossMask: []uint8{0, 1}, Logprobs: []float32{0, 0}, Routing: []int32{1, 0, 2, 3}, Layers: 1, TopK: 2, Experts: 8},
+		// One row too few.
+		{Tokens: []int32{1, 2, 3}, LossMask: []uint8{0, 1, 1}, Logprobs: []float32{0, 0, 0}, Routing: []int32{1, 0}, Layers: 1, TopK: 2, Experts: 8},
 	}
 	for i, r := range bad {
 		if _, err := r.Encode(); err == nil {

@@ -56,7 +56,7 @@ def episode(engine, prompt, turns=3, max_new=12, seed=0, temperature=1.0, output
         mask += [1] * len(out)
         logp += [lp for lp, _, _ in r["meta_info"]["output_token_logprobs"]]
         routes.append(routing_of(engine, r))
-        covered = len(tokens)
+        covered = len(tokens) - 1   # T-1 rows: the last sampled token has none
         if i + 1 < turns:
             glue = (engine.tokenize({"text": "<|im_end|><|im_start|><|user|>"})["tokens"]
                     + engine.tokenize({"text": f"$ ls\nfile{i}.txt <|im_end|>\n{output}", "split_special_tokens": True})["tokens"]

@@ -186,14 +186,17 @@ def test_server_drops_routing_when_told():
     assert "routed_experts" not in r["meta_info"] and r["meta_info"]["routed_experts_dropped"]
 
 
-def test_server_routing_covers_every_position():
+def test_server_routing_rows_are_t_minus_one():
+    """As SGLang: rows for positions [routed_experts_start_len, len - 1); the
+    last sampled token has not been forwarded and has none."""
     eng = make_engine()
-    r = eng.generate({"input_ids": [257, 10, 20, 30], "sampling_params": {"max_new_tokens": 5, "seed": 2},
+    r = eng.generate({"input_ids": [257, 10, 20, 30], "sampling_params": {"max_new_tokens": 5, "seed": 2, "stop_token_ids": []},
                       "return_routed_experts": True, "routed_experts_start_len": 2, "return_logprob": True})
     import base64
     n = len(base64.b64decode(r["meta_info"]["routed_experts"])) // 4
     cfg = eng.model.cfg
-    assert n == (4 + len(r["output_ids"]) - 2) * cfg.n_layer * cfg.top_k
+    assert n == (4 + len(r["output_ids"]) - 1 - 2) * cfg.n_layer * cfg.top_k
+    assert eng.info()["config"]["num_hidden_layers"] == cfg.n_layer
     assert len(r["meta_info"]["output_token_logprobs"]) == len(r["output_ids"])
 
 
@@ -252,3 +255,35 @@ def test_init_restores_the_seeded_random_weights(tmp_path):
     assert again.version == 0 and torch.equal(again.actor.head.weight, fresh.actor.head.weight)
     with pytest.raises(httpjson.HTTPError):
         tr.init({"seed": "x"})
+
+
+def test_score_matches_the_sampler_and_replays_routing(tmp_path):
+    """/score gives the sampler's log-probs for the tokens it sampled (same
+    weights, the sampler's routing replayed), and not another model's."""
+    import base64
+    import numpy as np
+    from helpers import make_engine, make_trainer
+    eng = make_engine(seed=0, jitter=0.5)   # a jittery router: replay decides
+    tr = make_trainer(tmp_path / "t")
+    ck = tmp_path / "ck"
+    tr.save({"dir": str(ck)})
+    eng.load(str(ck))
+    prompt = [257, 10, 20, 30]
+    r = eng.generate({"input_ids": prompt, "return_logprob": True, "return_routed_experts": True,
+                      "sampling_params": {"max_new_tokens": 6, "seed": 3, "stop_token_ids": [], "temperature": 0.8}})
+    out = r["output_ids"]
+    cfg = eng.model.cfg
+    rows = np.frombuffer(base64.b64decode(r["meta_info"]["routed_experts"]), dtype="<i4").reshape(-1, cfg.n_layer, cfg.top_k)
+    assert rows.shape[0] == len(prompt) + len(out) - 1
+    got = tr.score({"tokens": prompt + out, "routing": rows.tolist(), "temperature": 0.8})["logprobs"][len(prompt) - 1:]
+    want = [lp for lp, _, _ in r["meta_info"]["output_token_logprobs"]]
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4
+    # Shifted by one row (an off-by-one in the T-1 alignment), replay is wrong.
+    shifted = np.concatenate([rows[1:], rows[-1:]]).tolist()
+    bad = tr.score({"tokens": prompt + out, "routing": shifted, "temperature": 0.8})["logprobs"][len(prompt) - 1:]
+    assert max(abs(a - b) for a, b in zip(bad, want)) > 1e-3
+    import pytest
+    import httpjson
+    for body in ({"tokens": [1]}, {"tokens": prompt + out, "routing": rows[:-1].tolist()}, {"tokens": prompt, "temperature": 0}):
+        with pytest.raises(httpjson.HTTPError):
+            tr.score(body)

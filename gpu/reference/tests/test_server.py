@@ -42,12 +42,13 @@ def test_prefix_cache_reuses_routing_and_reports_cached_tokens():
     assert r1["meta_info"]["cached_tokens"] == 0
     seq = prompt + r1["output_ids"]
     r2 = eng.generate({"input_ids": seq + list(b" ok"), "sampling_params": sp, "return_routed_experts": True})
-    assert r2["meta_info"]["cached_tokens"] == len(seq)
-    assert torch.equal(routing_of(eng, r2)[:len(seq)], routing_of(eng, r1)), "the prefix keeps its recorded experts"
+    # The cache holds what was forwarded: all of seq but its last sampled token.
+    assert r2["meta_info"]["cached_tokens"] == len(seq) - 1
+    assert torch.equal(routing_of(eng, r2)[:len(seq) - 1], routing_of(eng, r1)), "the prefix keeps its recorded experts"
     # The same prompt again: all but its last position come from the cache.
     r3 = eng.generate({"input_ids": seq, "sampling_params": sp, "return_routed_experts": True})
     assert r3["meta_info"]["cached_tokens"] == len(seq) - 1
-    assert torch.equal(routing_of(eng, r3)[:len(seq)], routing_of(eng, r1))
+    assert torch.equal(routing_of(eng, r3)[:len(seq) - 1], routing_of(eng, r1))
     assert eng.info()["radix_cache"]
 
 
