@@ -79,7 +79,7 @@ func TestPolicyRolloutTrajectoryTrainsInPPO(t *testing.T) {
 		t.Errorf("routing %+v, stitches %v", ep.Routing, ep.StitchCases)
 	}
 	// Read the artifact itself: the loss region is exactly the sampled tokens,
-	// and routing covers every position.
+	// and routing covers every position but the last sampled token (T−1 rows).
 	b, err := r.st.Get(context.Background(), *ro.Trajectory)
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestPolicyRolloutTrajectoryTrainsInPPO(t *testing.T) {
 		loss += int(m)
 	}
 	re := ts["routed_experts"]
-	if loss != sampled || loss != ep.LossTokens || re.DType != "U8" || re.Shape[0] != len(mask) || re.Shape[1] != 4 || re.Shape[2] != 2 {
+	if loss != sampled || loss != ep.LossTokens || re.DType != "U8" || re.Shape[0] != len(mask)-1 || re.Shape[1] != 4 || re.Shape[2] != 2 {
 		t.Fatalf("trajectory: %d loss tokens, %d sampled; routing %s %v for %d positions", loss, sampled, re.DType, re.Shape, len(mask))
 	}
 	if meta["rollout_id"] != ro.RolloutID || ro.PolicyVersions[0] != "random-0" {
