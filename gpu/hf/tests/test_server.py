@@ -1,9 +1,11 @@
 """The HF server's protocol: model info and the chat contract, tokenizing,
 /generate's log-probs, finish reasons and routing layout, the prefix cache."""
+import base64
 import json
 import os
 import shutil
 
+import numpy as np
 import pytest
 import torch
 
@@ -74,10 +76,13 @@ def test_generate_logprobs_and_routing_layout(engines):
     assert r["meta_info"]["finish_reason"] == {"type": "length", "length": 8}
     assert [e[1] for e in r["meta_info"]["output_token_logprobs"]] == out
     routing = testkit.routing_of(eng, r)
-    # SGLang's layout: every processed position (prompt and reply), MoE layers, top_k.
-    assert routing.shape == (len(prompt) + len(out), 3, 2)
+    # SGLang's layout: every forwarded position (prompt and reply but the last
+    # sampled token: T-1 rows), num_hidden_layers (dense ones zero), top_k.
+    raw = np.frombuffer(base64.b64decode(r["meta_info"]["routed_experts"]), dtype="<i4")
+    assert raw.size == (len(prompt) + len(out) - 1) * eng.model.config.num_hidden_layers * 2
+    assert routing.shape == (len(prompt) + len(out) - 1, 3, 2)
     lp, own = _full_forward(eng, prompt + out, 0.7)
-    assert torch.equal(own.sort(-1).values, torch.from_numpy(routing).long().sort(-1).values)
+    assert torch.equal(own[:-1].sort(-1).values, torch.from_numpy(routing).long().sort(-1).values)
     want = [float(lp[len(prompt) - 1 + i, t]) for i, t in enumerate(out)]
     got = [e[0] for e in r["meta_info"]["output_token_logprobs"]]
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-4, "log-probs are at the sampling temperature"
@@ -114,5 +119,28 @@ def test_prefix_cache_keeps_the_routing_a_context_was_sampled_under(tiny):
         second = eng.generate({"input_ids": hist + prompt, "return_routed_experts": True,
                                "sampling_params": {"max_new_tokens": 6, "seed": 2, "stop_token_ids": []}})
         r2 = testkit.routing_of(eng, second)
-        assert second["meta_info"]["cached_tokens"] == (len(hist) if cached else 0)
-        assert ((r2[:len(hist)] == r1).all()) == cached
+        # The cache holds what was forwarded: all of hist but its last sampled token.
+        assert second["meta_info"]["cached_tokens"] == (len(hist) - 1 if cached else 0)
+        assert ((r2[:len(hist) - 1] == r1).all()) == cached
+
+
+def test_dense_layers_are_zero_filled(tiny):
+    """A Qwen3-MoE with mlp_only_layers: SGLang's layout keeps every layer,
+    the dense one all zeros, and config_json names the MoE layers' source."""
+    src = tiny("qwen3_moe")
+    d = src + "-dense1"
+    if not os.path.isdir(d):
+        shutil.copytree(src, d)
+        with open(os.path.join(d, "config.json")) as f:
+            cfg = json.load(f)
+        cfg["mlp_only_layers"] = [1]
+        with open(os.path.join(d, "config.json"), "w") as f:
+            json.dump(cfg, f)
+    eng = make_engine(d)
+    assert eng.model.t1_routing.moe_layers == [0, 2] and eng.info()["config"]["mlp_only_layers"] == [1]
+    prompt = testkit.prompt_ids(eng, SYSTEM, "dense")
+    r = eng.generate({"input_ids": prompt, "return_routed_experts": True,
+                      "sampling_params": {"max_new_tokens": 3, "seed": 1, "stop_token_ids": []}})
+    raw = np.frombuffer(base64.b64decode(r["meta_info"]["routed_experts"]), dtype="<i4").reshape(-1, 3, 2)
+    assert raw.shape[0] == len(prompt) + len(r["output_ids"]) - 1
+    assert (raw[:, 1] == 0).all() and (raw[:, [0, 2]] != raw[:, [0, 2]][:, :, ::-1]).all()
