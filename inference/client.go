@@ -31,7 +31,8 @@ type SamplingParams struct {
 	TopP         float64 `json:"top_p,omitempty"`
 	MaxNewTokens int     `json:"max_new_tokens"`
 	StopTokenIDs []int   `json:"stop_token_ids,omitempty"`
-	Seed         *int64  `json:"seed,omitempty"`
+	Seed         *int64  `json:"seed,omitempty"`          // t1flow's servers
+	SamplingSeed *int64  `json:"sampling_seed,omitempty"` // stock SGLang's name
 }
 
 // GenerateRequest is the /generate body.

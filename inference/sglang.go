@@ -27,10 +27,14 @@ func (s *SGLang) Generate(ctx context.Context, req Request) (*Generation, error)
 }
 
 func (s *SGLang) generate(ctx context.Context, kind string, req Request) (*Generation, error) {
+	sp := SamplingParams{Temperature: req.Temperature, TopP: req.TopP, MaxNewTokens: req.MaxNewTokens, StopTokenIDs: req.StopTokenIDs}
+	if kind == EngineSGLang {
+		sp.SamplingSeed = req.Seed // SGLang's SamplingParams takes no "seed" (an unknown key is a 400)
+	} else {
+		sp.Seed = req.Seed
+	}
 	resp, err := s.Client.Generate(ctx, GenerateRequest{
-		InputIDs: req.InputIDs,
-		SamplingParams: SamplingParams{Temperature: req.Temperature, TopP: req.TopP, MaxNewTokens: req.MaxNewTokens,
-			StopTokenIDs: req.StopTokenIDs, Seed: req.Seed},
+		InputIDs: req.InputIDs, SamplingParams: sp,
 		ReturnLogprob: req.Logprobs, ReturnRoutedExperts: req.Routing, RoutedExpertsStartLen: req.RoutingStart,
 	})
 	if err != nil {

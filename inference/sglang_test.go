@@ -93,16 +93,27 @@ func (s *stockSGLang) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 func (s *stockSGLang) generate(w http.ResponseWriter, r *http.Request, reply func(int, any)) {
 	var in struct {
-		InputIDs []int `json:"input_ids"`
+		InputIDs []int           `json:"input_ids"`
+		RawSP    json.RawMessage `json:"sampling_params"`
 		SP       struct {
-			MaxNewTokens int   `json:"max_new_tokens"`
-			Stop         []int `json:"stop_token_ids"`
-		} `json:"sampling_params"`
+			Temperature  float64 `json:"temperature"`
+			TopP         float64 `json:"top_p"`
+			MaxNewTokens int     `json:"max_new_tokens"`
+			Stop         []int   `json:"stop_token_ids"`
+			Seed         *int64  `json:"sampling_seed"`
+		} `json:"-"`
 		ReturnLogprob bool `json:"return_logprob"`
 		ReturnRouted  bool `json:"return_routed_experts"`
 		Start         int  `json:"routed_experts_start_len"`
 	}
 	json.NewDecoder(r.Body).Decode(&in)
+	// SamplingParams(**sampling_params): an unknown key is a TypeError, a 400.
+	dec := json.NewDecoder(strings.NewReader(string(in.RawSP)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&in.SP); err != nil && len(in.RawSP) > 0 {
+		reply(400, map[string]any{"error": map[string]any{"message": "SamplingParams.__init__() got an unexpected keyword argument: " + err.Error()}})
+		return
+	}
 	if in.Start < 0 || in.Start > len(in.InputIDs) {
 		reply(400, map[string]any{"error": map[string]any{"message": fmt.Sprintf("routed_experts_start_len=%d must be in [0, %d]", in.Start, len(in.InputIDs))}})
 		return
@@ -213,7 +224,8 @@ func TestSGLangFinishReasons(t *testing.T) {
 	if len(g.Logprobs) != 3 || g.Logprobs[1] != -1.5 || g.LogprobIDs[2] != 7 || g.WeightVersion != "default" {
 		t.Fatalf("log-probs %v ids %v version %q", g.Logprobs, g.LogprobIDs, g.WeightVersion)
 	}
-	g, err = e.Generate(context.Background(), Request{InputIDs: []int{1}, MaxNewTokens: 2})
+	seed := int64(3)
+	g, err = e.Generate(context.Background(), Request{InputIDs: []int{1}, MaxNewTokens: 2, Seed: &seed, TopP: 0.9})
 	if err != nil || g.Finish.Kind != FinishLength {
 		t.Fatalf("length: %+v %v", g, err)
 	}
