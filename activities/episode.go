@@ -77,7 +77,8 @@ func (e *episode) end() int {
 	if e.covered == 0 {
 		return 0
 	}
-	return e.covered + 1
+	// min: an episode journaled before T−1 rows held a row per token.
+	return min(e.covered+1, len(e.tokens))
 }
 
 func (e *episode) apply(s segment) {
