@@ -132,7 +132,7 @@ def test_the_sidecar_process_over_http(tiny, tmp_path):
     p = subprocess.Popen([sys.executable, os.path.join(HF, "modelfiles.py"), "--model", tiny("qwen3_moe"), "--port", "0"],
                          stdout=log, stderr=subprocess.STDOUT)
     try:
-        url, end = None, time.time() + 120
+        url, end = None, time.time() + 600
         while url is None and time.time() < end:
             assert p.poll() is None, open(tmp_path / "mf.log").read()
             m = re.search(r"listening on (http://\S+)", open(tmp_path / "mf.log").read())
