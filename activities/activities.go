@@ -38,6 +38,11 @@ type Activities struct {
 	// turns are synthetic for SleepTurns turns (0: the first ends the episode).
 	Sleep      time.Duration
 	SleepTurns int
+	// ModelFiles is the URL of the policy's model-files sidecar
+	// (gpu/hf/modelfiles.py, published by the gpu worker at
+	// <home>/modelfiles.url): with it, the chat template and every
+	// tokenization come from the checkpoint's own files, not the engine.
+	ModelFiles string
 
 	admission admission
 	// countSandboxes, in tests only, replaces Docker's count of live sandboxes.

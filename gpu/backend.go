@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -117,4 +118,32 @@ func (b Backend) Env(slot Slot) []string {
 		env = append(env, "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
 	}
 	return env
+}
+
+// ModelFilesCommand runs the model-files sidecar (gpu/hf/modelfiles.py) for
+// a Hugging Face checkpoint directory: its config.json, chat template and
+// tokenizer over loopback HTTP, in the hf environment (docs/trainer-protocol.md).
+func ModelFilesCommand(model string) []string {
+	return []string{HFPython(), filepath.Join(HFDir(), "modelfiles.py"), "--model", model, "--port", "{port}"}
+}
+
+// StartModelFiles supervises the sidecar for model (a Hugging Face checkpoint
+// directory) with its state under work and its log under home/logs, and
+// publishes its URL at home/modelfiles.url, as the inference URL is
+// published at home/inference.url.
+func StartModelFiles(ctx context.Context, home, work, model string) (*Supervisor, error) {
+	s := &Supervisor{
+		Name: "model files", PortFile: filepath.Join(work, "modelfiles.port"), Command: ModelFilesCommand(model),
+		Env:     []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false"},
+		LogPath: filepath.Join(home, "logs", "modelfiles.log"), PIDFile: filepath.Join(work, "modelfiles.pid"),
+		HealthTimeout: hfLoadTimeout,
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, fmt.Errorf("model-files sidecar for %s: %w (python: %s; rebuild its environment with `make hfenv`)", model, err, HFPython())
+	}
+	if err := os.WriteFile(filepath.Join(home, "modelfiles.url"), []byte(s.URL()+"\n"), 0o644); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
 }

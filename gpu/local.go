@@ -37,7 +37,9 @@ type Local struct {
 	Backend   Backend
 	Trainer   *Supervisor
 	Inference *Supervisor // nil when an existing server was named
-	Acts      *Activities
+	// ModelFiles is the hf backend's model-files sidecar (nil for the reference).
+	ModelFiles *Supervisor
+	Acts       *Activities
 }
 
 // StartLocal starts the trainer and inference processes and returns the
@@ -95,6 +97,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		url = l.Inference.URL()
 	}
 	os.WriteFile(filepath.Join(o.Home, "inference.url"), []byte(url+"\n"), 0o644)
+	if b.Name == BackendHF {
+		if l.ModelFiles, err = StartModelFiles(ctx, o.Home, work, o.Init); err != nil {
+			l.Stop()
+			return nil, err
+		}
+	}
 	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Store: o.Store, WorkDir: work,
 		RestartTrainer: l.Trainer.Kill}
 	if b.Name == BackendHF {
@@ -105,6 +113,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 
 // Stop ends the processes.
 func (l *Local) Stop() {
+	if l.ModelFiles != nil {
+		l.ModelFiles.Stop()
+	}
 	if l.Inference != nil {
 		l.Inference.Stop()
 	}

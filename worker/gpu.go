@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
@@ -36,6 +37,9 @@ type gpuFlags struct {
 	trainerArgs string
 	stallWindow time.Duration
 	hangWindow  time.Duration // the inference server's watchdog
+	// modelFiles is the URL of the policy's model-files sidecar for this
+	// worker's sandbox role; empty: the gpu role's own sidecar, if it runs one.
+	modelFiles string
 }
 
 func (g *gpuFlags) register() {
@@ -52,9 +56,12 @@ func (g *gpuFlags) register() {
 		"a trainer operation whose progress does not move for this long is hung and the trainer is restarted; raise it when a commit or a minibatch takes longer")
 	flag.DurationVar(&g.hangWindow, "inference-hang-window", gpu.DefaultInferenceHangWindow,
 		"the inference server is restarted once it has not answered GET /health_generate for this long (found within 1.5x it; 0: never)")
+	flag.StringVar(&g.modelFiles, "model-files", os.Getenv("T1FLOW_MODEL_FILES"), "sandbox: URL of the policy's model-files sidecar (gpu/hf/modelfiles.py; a gpu worker of the hf backend runs one and publishes it at <home>/modelfiles.url): the chat template and tokenizer come from the checkpoint's own files; empty: this process's gpu role's sidecar, else the inference server's /get_model_info chat and /tokenize")
 }
 
-func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, host string) ([]worker.Worker, func(), error) {
+// start runs the gpu role; the sandbox role's acts take its model-files
+// sidecar unless -model-files named one.
+func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, host string, acts *activities.Activities) ([]worker.Worker, func(), error) {
 	if g.stallWindow <= 0 {
 		return nil, nil, fmt.Errorf("-trainer-stall-window = %s must be positive", g.stallWindow)
 	}
@@ -74,6 +81,9 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, h
 		return nil, nil, err
 	}
 	l.Acts.Name = g.trainer
+	if l.ModelFiles != nil && acts.ModelFiles == "" {
+		acts.ModelFiles = l.ModelFiles.URL()
+	}
 	l.Acts.StallWindow = g.stallWindow
 	if l.Acts.Name == "" {
 		l.Acts.Name = host

@@ -80,7 +80,7 @@ func run() error {
 	}
 	acts := &activities.Activities{Store: st, Host: ids.Clean(*host),
 		TaskCache: filepath.Join(config.Home(), "cache", "tasks"), EpisodeDir: filepath.Join(config.Home(), "episodes"),
-		MaxSandboxes: *maxSandboxes, AdmissionWait: *admissionWait}
+		MaxSandboxes: *maxSandboxes, AdmissionWait: *admissionWait, ModelFiles: g.modelFiles}
 	sleep, err := activities.CheckSleepBackend(*backend)
 	if err != nil {
 		return err
@@ -124,7 +124,7 @@ func run() error {
 	}
 	workers := roles.New(c, *role, acts)
 	if set[roles.GPU] {
-		ws, stopGPU, err := g.start(ctx, c, st, *host)
+		ws, stopGPU, err := g.start(ctx, c, st, *host, acts)
 		if err != nil {
 			return err
 		}
