@@ -3,7 +3,6 @@ package family
 import (
 	"fmt"
 	"math/rand"
-	"path/filepath"
 )
 
 // Words is the write-word family, for a pretrained model (SmolLM2): every
@@ -28,14 +27,7 @@ var (
 // Variants returns the SFT, training and held-out variants.
 func (w Words) Variants() (sft, train, heldOut []Variant) {
 	r := rand.New(rand.NewSource(w.Seed))
-	var trainT, heldT []int
-	for i := range helloTemplates {
-		if HeldOutTemplates[i] {
-			heldT = append(heldT, i)
-		} else {
-			trainT = append(trainT, i)
-		}
-	}
+	trainT, heldT := templateSplit()
 	seen := map[string]bool{}
 	gen := func(kind string, n int, templates []int, words []string) []Variant {
 		out := make([]Variant, 0, n)
@@ -59,18 +51,5 @@ func (w Words) Variants() (sft, train, heldOut []Variant) {
 // Write generates the family under dir as Hello.Write does.
 func (w Words) Write(dir string) (sft, train, heldOut []string, err error) {
 	sv, tv, hv := w.Variants()
-	for _, set := range []struct {
-		sub  string
-		vs   []Variant
-		dirs *[]string
-	}{{"sft", sv, &sft}, {"train", tv, &train}, {"heldout", hv, &heldOut}} {
-		for _, v := range set.vs {
-			d := filepath.Join(dir, set.sub, v.Name)
-			if err := WriteHelloTask(d, v.Word, v.Instruction); err != nil {
-				return nil, nil, nil, err
-			}
-			*set.dirs = append(*set.dirs, d)
-		}
-	}
-	return sft, train, heldOut, nil
+	return writeSets(dir, sv, tv, hv)
 }
