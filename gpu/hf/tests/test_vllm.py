@@ -86,7 +86,12 @@ class VLLM:
         return c["token_ids"], [x["logprob"] for x in c["logprobs"]["content"]], c
 
     def reload(self, path):
-        return _post(self.url + "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}})
+        """reload_weights in place, then drop the prefix cache: its KV blocks
+        were computed with the weights before (vLLM keeps them otherwise)."""
+        status, r = _post(self.url + "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}})
+        if status == 200:
+            status, r = _post(self.url + "/reset_prefix_cache", {})
+        return status, r
 
     def stop(self):
         try:
