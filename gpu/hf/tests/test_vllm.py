@@ -91,6 +91,8 @@ class VLLM:
         status, r = _post(self.url + "/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": path}})
         if status == 200:
             status, r = _post(self.url + "/reset_prefix_cache", {})
+            if status == 200 and not r.get("success"):   # blocks still held: refused
+                status = 409
         return status, r
 
     def stop(self):
