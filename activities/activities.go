@@ -33,9 +33,6 @@ type Activities struct {
 	// InferenceEngine is the kind of policy inference servers rollouts call
 	// (inference.EngineT1flow, EngineSGLang, EngineVLLM; empty: t1flow).
 	InferenceEngine string
-	// ModelFiles is the URL of the model-files sidecar serving the policy
-	// checkpoint's config.json (required with a stock engine).
-	ModelFiles string
 	// MaxSandboxes caps this host's live sandboxes (0: no cap); a creation
 	// past it waits up to AdmissionWait, then fails HostFull (admission.go).
 	MaxSandboxes  int
@@ -44,6 +41,12 @@ type Activities struct {
 	// turns are synthetic for SleepTurns turns (0: the first ends the episode).
 	Sleep      time.Duration
 	SleepTurns int
+	// ModelFiles is the URL of the policy's model-files sidecar
+	// (gpu/hf/modelfiles.py, published by the gpu worker at
+	// <home>/modelfiles.url): with it, the chat template and every
+	// tokenization come from the checkpoint's own files, not the engine, and
+	// so does config.json (the model facts; required with a stock engine).
+	ModelFiles string
 
 	admission admission
 	// countSandboxes, in tests only, replaces Docker's count of live sandboxes.

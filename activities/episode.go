@@ -197,17 +197,45 @@ func inferenceErr(err error) error {
 	return errs.BadInputf("inference rejected the request: %v", err)
 }
 
-// tokenize encodes context (prompts, glue) on the session's replica, piece by
-// piece: the template's glue with special tokens parsed, plain text
-// (observations, model text) with them split, so terminal output can never
-// inject a control token.
-func tokenize(ctx context.Context, pool *inference.Pool, session string, pieces harness.Pieces) ([]int32, error) {
+// tokenizer encodes text as the policy does: the model-files sidecar, or the
+// engine itself (t1flow's servers) when no sidecar is configured.
+type tokenizer interface {
+	Tokenize(ctx context.Context, session, text string, splitSpecial bool) ([]int, error)
+}
+
+// sidecarTokenizer is the model-files sidecar as a tokenizer (it has no sessions).
+type sidecarTokenizer struct{ mf *harness.ModelFiles }
+
+func (s sidecarTokenizer) Tokenize(ctx context.Context, _, text string, splitSpecial bool) ([]int, error) {
+	return s.mf.Tokenize(ctx, text, splitSpecial)
+}
+
+// modelFiles is the configured sidecar's client, nil without one.
+func (a *Activities) modelFiles() *harness.ModelFiles {
+	if a.ModelFiles == "" {
+		return nil
+	}
+	return &harness.ModelFiles{BaseURL: a.ModelFiles}
+}
+
+// tokenizer is the sidecar when one is configured, else the engine's pool.
+func (a *Activities) tokenizer(pool *inference.Pool) tokenizer {
+	if mf := a.modelFiles(); mf != nil {
+		return sidecarTokenizer{mf}
+	}
+	return pool
+}
+
+// tokenize encodes context (prompts, glue) piece by piece: the template's
+// glue with special tokens parsed, plain text (observations, model text) with
+// them split, so terminal output can never inject a control token.
+func tokenize(ctx context.Context, tk tokenizer, session string, pieces harness.Pieces) ([]int32, error) {
 	var out []int32
 	for _, p := range pieces {
 		if p.Text == "" {
 			continue
 		}
-		ids, err := pool.Tokenize(ctx, session, p.Text, p.Plain)
+		ids, err := tk.Tokenize(ctx, session, p.Text, p.Plain)
 		if err != nil {
 			return nil, inferenceErr(err)
 		}
@@ -316,7 +344,7 @@ func (a *Activities) auditDrift(ctx context.Context, pool *inference.Pool, sessi
 		if !s.SamplerMeta || len(s.Tokens) == 0 {
 			continue
 		}
-		ids, err := pool.Tokenize(ctx, session, s.Rendered, false)
+		ids, err := a.tokenizer(pool).Tokenize(ctx, session, s.Rendered, false)
 		if err != nil {
 			return DriftReport{}, inferenceErr(err)
 		}

@@ -38,7 +38,7 @@ func (a *Activities) loadFacts(ctx context.Context, pool *inference.Pool, sessio
 
 func (a *Activities) modelConfig(ctx context.Context, pool *inference.Pool, session string) ([]byte, string, error) {
 	if a.ModelFiles != "" {
-		b, err := (&inference.ModelFiles{BaseURL: a.ModelFiles}).Config(ctx)
+		b, err := a.modelFiles().ModelConfig(ctx)
 		if err != nil {
 			return nil, "", inferenceErr(err)
 		}

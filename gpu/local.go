@@ -40,7 +40,9 @@ type Local struct {
 	Backend   Backend
 	Trainer   *Supervisor
 	Inference *Supervisor // nil when an existing server was named
-	Acts      *Activities
+	// ModelFiles is the hf backend's model-files sidecar (nil for the reference).
+	ModelFiles *Supervisor
+	Acts       *Activities
 }
 
 // StartLocal starts the trainer and inference processes and returns the
@@ -107,6 +109,12 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		l.Stop()
 		return nil, err
 	}
+	if b.Name == BackendHF {
+		if l.ModelFiles, err = StartModelFiles(ctx, o.Home, work, o.Init); err != nil {
+			l.Stop()
+			return nil, err
+		}
+	}
 	l.Acts = &Activities{Trainer: NewClient(l.Trainer.URL()), Inference: &inference.Client{BaseURL: url}, Engine: eng, Store: o.Store, WorkDir: work,
 		RestartTrainer: l.Trainer.Kill}
 	if b.Name == BackendHF {
@@ -117,6 +125,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 
 // Stop ends the processes.
 func (l *Local) Stop() {
+	if l.ModelFiles != nil {
+		l.ModelFiles.Stop()
+	}
 	if l.Inference != nil {
 		l.Inference.Stop()
 	}

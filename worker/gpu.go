@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/config"
@@ -38,15 +39,16 @@ type gpuFlags struct {
 	stallWindow time.Duration
 	hangWindow  time.Duration // the inference server's watchdog
 	// engine is the policy inference engine's kind (-inference-engine), for
-	// the gpu role's server and the rollouts' clients; modelFiles the URL of
-	// the model-files sidecar (config.json of the served checkpoint).
+	// the gpu role's server and the rollouts' clients; modelFiles is the URL
+	// of the policy's model-files sidecar (config.json, chat template and
+	// tokenizer of the served checkpoint) for this worker's sandbox role;
+	// empty: the gpu role's own sidecar, if it runs one.
 	engine     string
 	modelFiles string
 }
 
 func (g *gpuFlags) register() {
 	flag.StringVar(&g.engine, "inference-engine", inference.EngineKindFromEnv(), "policy inference engine: t1flow (gpu/reference, gpu/hf servers), sglang or vllm as they ship (env "+inference.EngineEnv+")")
-	flag.StringVar(&g.modelFiles, "model-files", os.Getenv("T1FLOW_MODEL_FILES"), "URL of the model-files sidecar serving the policy checkpoint's config.json (needed with -inference-engine sglang|vllm)")
 	flag.StringVar(&g.gpus, "gpus", os.Getenv("T1FLOW_GPUS"), "GPU indices for this worker's processes (e.g. 0,1), 'cpu', or empty to ask nvidia-smi")
 	flag.IntVar(&g.perProcess, "gpus-per-process", 1, "devices per trainer or inference process")
 	flag.StringVar(&g.backend, "gpu-backend", envOr("T1FLOW_GPU_BACKEND", gpu.BackendReference), "trainer and inference backend: reference (gpu/reference) or hf (gpu/hf: a Hugging Face MoE checkpoint, needs -model and `make hfenv`)")
@@ -60,9 +62,12 @@ func (g *gpuFlags) register() {
 		"a trainer operation whose progress does not move for this long is hung and the trainer is restarted; raise it when a commit or a minibatch takes longer")
 	flag.DurationVar(&g.hangWindow, "inference-hang-window", gpu.DefaultInferenceHangWindow,
 		"the inference server is restarted once it has not answered GET /health_generate for this long (found within 1.5x it; 0: never)")
+	flag.StringVar(&g.modelFiles, "model-files", os.Getenv("T1FLOW_MODEL_FILES"), "sandbox: URL of the policy's model-files sidecar (gpu/hf/modelfiles.py; a gpu worker of the hf backend runs one and publishes it at <home>/modelfiles.url): the chat template and tokenizer come from the checkpoint's own files; empty: this process's gpu role's sidecar, else the inference server's /get_model_info chat and /tokenize")
 }
 
-func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, host string) ([]worker.Worker, func(), error) {
+// start runs the gpu role; the sandbox role's acts take its model-files
+// sidecar unless -model-files named one.
+func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, host string, acts *activities.Activities) ([]worker.Worker, func(), error) {
 	if g.stallWindow <= 0 {
 		return nil, nil, fmt.Errorf("-trainer-stall-window = %s must be positive", g.stallWindow)
 	}
@@ -82,6 +87,9 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, h
 		return nil, nil, err
 	}
 	l.Acts.Name = g.trainer
+	if l.ModelFiles != nil && acts.ModelFiles == "" {
+		acts.ModelFiles = l.ModelFiles.URL()
+	}
 	l.Acts.StallWindow = g.stallWindow
 	if l.Acts.Name == "" {
 		l.Acts.Name = host

@@ -124,7 +124,7 @@ func run() error {
 	}
 	workers := roles.New(c, *role, acts)
 	if set[roles.GPU] {
-		ws, stopGPU, err := g.start(ctx, c, st, *host)
+		ws, stopGPU, err := g.start(ctx, c, st, *host, acts)
 		if err != nil {
 			return err
 		}

@@ -1,5 +1,6 @@
 // Command learn writes the write-hello task family that examples/campaigns/learn.toml
-// trains on: OUT/sft/<name>/ (SFT demonstrations, hello and world),
+// trains on (or, with -family words, the write-word family of
+// examples/campaigns/smollm.toml, whose held-out words are never trained): OUT/sft/<name>/ (SFT demonstrations, hello and world),
 // OUT/train/<name>/ (the PPO pool) and OUT/heldout/<name>/ (held-out
 // variants, never trained on). See docs/learning.md.
 //
@@ -20,12 +21,23 @@ func main() {
 	train := flag.Int("train", 64, "training variants")
 	held := flag.Int("heldout", 16, "held-out variants")
 	seed := flag.Int64("seed", 1, "which words")
+	fam := flag.String("family", "hello", "hello (write-hello) or words (write-word: the answer is the instruction's word)")
 	flag.Parse()
-	sf, tr, ho, err := family.Hello{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write(*out)
+	var write func(string) ([]string, []string, []string, error)
+	switch *fam {
+	case "hello":
+		write = family.Hello{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write
+	case "words":
+		write = family.Words{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write
+	default:
+		fmt.Fprintf(os.Stderr, "learn: -family %q: must be hello or words\n", *fam)
+		os.Exit(2)
+	}
+	sf, tr, ho, err := write(*out)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "learn:", err)
 		os.Exit(1)
 	}
-	fmt.Printf("write-hello family: %d SFT tasks in %s/sft, %d training tasks in %s/train, %d held-out in %s/heldout\n",
-		len(sf), *out, len(tr), *out, len(ho), *out)
+	fmt.Printf("write-%s family: %d SFT tasks in %s/sft, %d training tasks in %s/train, %d held-out in %s/heldout\n",
+		*fam, len(sf), *out, len(tr), *out, len(ho), *out)
 }

@@ -1,6 +1,6 @@
 """What the Hugging Face server and trainer share: loading a checkpoint,
-routing capture and replay (R3) in the MoE blocks, the chat contract read off
-the tokenizer's own chat template, and the model facts /get_model_info reports.
+routing capture and replay (R3) in the MoE blocks, and the model facts
+/get_model_info reports (the chat contract is modelfiles.py's).
 
 Routing: every sparse MoE block of a Qwen3-MoE, OLMoE or Mixtral model gets
 its forward replaced (the module and its weights stay, so save_pretrained and
@@ -25,6 +25,9 @@ import os
 
 import torch
 import torch.nn.functional as F
+
+# The chat contract and the special tokens: one copy, in the model-files sidecar.
+from modelfiles import ChatTemplateError, chat_contract, special_tokens  # noqa: F401
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 REFERENCE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference")
@@ -56,39 +59,36 @@ class RouterControl:
 
 
 def _norm_topk(block):
-    # Mixtral's block always renormalises; Qwen3-MoE's and OLMoE's when the config says so.
-    return getattr(block, "norm_topk_prob", True)
+    # Mixtral's router always renormalises; Qwen3-MoE's and OLMoE's when the config says so.
+    return getattr(block.gate, "norm_topk_prob", True)
 
 
 def routed_forward(self, hidden_states):
-    """The MoE block's forward with capture, replay and jitter (see the module doc)."""
-    ctl, li = self._t1_ctl, self._t1_layer
+    """The MoE block's forward with capture, replay and jitter (see the module
+    doc): the router's own computation (transformers 5's TopKRouter: logits of
+    gate.weight, softmax in float32, top-k, renormalised as the config says),
+    then the block's experts module with the chosen experts and weights."""
+    ctl, li, g = self._t1_ctl, self._t1_layer, self.gate
     B, T, H = hidden_states.shape
     if self.training and getattr(self, "jitter_noise", 0) > 0:
         raise RuntimeError("router_jitter_noise > 0 in training would change the routing R3 replays; set it to 0")
     flat = hidden_states.reshape(-1, H)
-    router_logits = self.gate(flat)                                         # (N, E)
-    probs = F.softmax(router_logits, dim=1, dtype=torch.float)              # as the model's own block
+    router_logits = F.linear(flat, g.weight)                                # (N, E)
+    probs = F.softmax(router_logits, dim=-1, dtype=torch.float)             # as the model's own router
     if ctl.force is not None:
-        sel = ctl.force[:, :, li, :].reshape(-1, self.top_k).to(flat.device)
+        sel = ctl.force[:, :, li, :].reshape(-1, g.top_k).to(flat.device)
     elif ctl.jitter > 0:
         noise = torch.randn(router_logits.shape, generator=ctl.generator, dtype=torch.float32).to(flat.device)
-        sel = (router_logits.float() + ctl.jitter * noise).topk(self.top_k, dim=-1).indices
+        sel = (router_logits.float() + ctl.jitter * noise).topk(g.top_k, dim=-1).indices
     else:
-        sel = probs.topk(self.top_k, dim=-1).indices
+        sel = probs.topk(g.top_k, dim=-1).indices
     weights = probs.gather(1, sel)
     if _norm_topk(self):
         weights = weights / weights.sum(dim=-1, keepdim=True)
     weights = weights.to(flat.dtype)
     if ctl.capture is not None:
-        ctl.capture.append(sel.view(B, T, self.top_k))
-    out = torch.zeros_like(flat)
-    mask = F.one_hot(sel, num_classes=self.num_experts).permute(2, 1, 0)    # (E, k, N)
-    for e in torch.greater(mask.sum(dim=(-1, -2)), 0).nonzero():
-        slot, rows = torch.where(mask[e].squeeze(0))
-        h = self.experts[e](flat[None, rows].reshape(-1, H)) * weights[rows, slot, None]
-        out.index_add_(0, rows, h.to(flat.dtype))
-    return out.view(B, T, H), router_logits
+        ctl.capture.append(sel.view(B, T, g.top_k))
+    return self.experts(flat, sel, weights).view(B, T, H)
 
 
 def moe_blocks(model):
@@ -97,11 +97,17 @@ def moe_blocks(model):
 
 
 def install_routing(model):
-    """Patch every MoE block; return the model's RouterControl (also model.t1_routing)."""
+    """Patch every MoE block; return the model's RouterControl (also
+    model.t1_routing). A dense model (SmolLM2's Llama) has none: its control
+    has no layers, and there is no routing to capture or replay (R3 off)."""
     blocks = moe_blocks(model)
     if not blocks:
-        raise ValueError(f"{type(model).__name__} has no sparse MoE blocks (supported: Qwen3-MoE, OLMoE, Mixtral)")
-    ctl = RouterControl(len(blocks), blocks[0].top_k, blocks[0].num_experts)
+        ctl = RouterControl(0, 0, 0)
+        ctl.moe_layers = []
+        ctl.n_hidden_layers = int(getattr(model.config, "num_hidden_layers", 0))
+        model.t1_routing = ctl
+        return ctl
+    ctl = RouterControl(len(blocks), blocks[0].gate.top_k, blocks[0].gate.num_experts)
     # Which decoder layers hold them (SGLang's routing layout has every layer).
     layers = model.model.layers if hasattr(model, "model") and hasattr(model.model, "layers") else []
     ids = {id(b) for b in blocks}
@@ -154,7 +160,7 @@ def load_model(path, device, dtype):
     from transformers import AutoModelForCausalLM
 
     check_dir(path)
-    model = AutoModelForCausalLM.from_pretrained(path, torch_dtype=DTYPES[dtype], attn_implementation="sdpa")
+    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation="sdpa")
     model.to(device)
     install_routing(model)
     model.eval()
@@ -199,15 +205,6 @@ def model_facts(model):
             "norm_topk_prob": bool(getattr(model.config, "norm_topk_prob", True))}
 
 
-def special_tokens(tok):
-    """Every special (added) token's text -> ID."""
-    out = {}
-    for tid, t in tok.added_tokens_decoder.items():
-        if t.special:
-            out[t.content] = int(tid)
-    return out
-
-
 def stop_ids(model, tok):
     """The end-of-sequence tokens: the generation config's, the model config's and the tokenizer's."""
     ids = set()
@@ -220,70 +217,3 @@ def stop_ids(model, tok):
     if tok.eos_token_id is not None:
         ids.add(int(tok.eos_token_id))
     return ids
-
-
-# ---- the chat contract -----------------------------------------------------
-class ChatTemplateError(ValueError):
-    pass
-
-
-_SYS, _USER, _USER2, _ASST = "T1SYSTEMq7", "T1USERq7", "T1USERTWOq7", "T1ASSISTANTq7"
-
-
-def chat_contract(tok, path):
-    """The chat template as pieces: the first prompt is system_prefix + SYS +
-    end_of_turn + turn_separator + user_prefix + OBS + end_of_turn +
-    turn_separator + assistant_prefix, and a later turn appends the reply, then
-    end_of_turn + turn_separator + user_prefix + OBS + end_of_turn +
-    turn_separator + assistant_prefix. Read off the tokenizer's own template by
-    rendering sentinel messages; a ChatTemplateError names the checkpoint's
-    tokenizer_config.json when the template does not split that way."""
-    where = os.path.join(path, "tokenizer_config.json")
-    if os.path.exists(os.path.join(path, "chat_template.jinja")):
-        where += " (chat_template.jinja)"
-
-    def fail(why):
-        raise ChatTemplateError(f"{where}: the chat template cannot be split into system/user/assistant prefixes, "
-                                f"end of turn and separator: {why}")
-
-    def render(msgs):
-        try:
-            return tok.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
-        except Exception as e:  # a template without a system role raises from Jinja
-            fail(f"rendering {[m['role'] for m in msgs]} failed: {e}")
-
-    if not getattr(tok, "chat_template", None):
-        fail("there is no chat_template")
-    first = render([{"role": "system", "content": _SYS}, {"role": "user", "content": _USER}])
-    i_s, i_u = first.find(_SYS), first.find(_USER)
-    if i_s < 0 or i_u < i_s:
-        fail(f"the system and user messages do not appear in order in {first!r}")
-    system_prefix = first[:i_s]
-    middle = first[i_s + len(_SYS):i_u]                 # end_of_turn + separator + user_prefix
-    tail = first[i_u + len(_USER):]                     # end_of_turn + separator + assistant_prefix
-    specials = sorted(special_tokens(tok), key=len, reverse=True)
-    eot = next((s for s in specials if middle.startswith(s)), None)
-    if eot is None:
-        fail(f"the system turn does not end with a special token ({middle!r})")
-    rest = middle[len(eot):]
-    nxt = [rest.find(s) for s in specials if rest.find(s) >= 0]
-    if not nxt:
-        fail(f"the user turn does not open with a special token ({rest!r})")
-    sep, user_prefix = rest[:min(nxt)], rest[min(nxt):]
-    if not tail.startswith(eot + sep):
-        fail(f"the user turn does not end as the system turn does ({tail!r})")
-    assistant_prefix = tail[len(eot + sep):]
-    c = {"system_prefix": system_prefix, "user_prefix": user_prefix, "assistant_prefix": assistant_prefix,
-         "end_of_turn": eot, "turn_separator": sep}
-    if first != system_prefix + _SYS + eot + sep + user_prefix + _USER + eot + sep + assistant_prefix:
-        fail(f"the pieces do not rebuild {first!r}")
-    two = render([{"role": "system", "content": _SYS}, {"role": "user", "content": _USER},
-                  {"role": "assistant", "content": _ASST}, {"role": "user", "content": _USER2}])
-    want = first + _ASST + eot + sep + user_prefix + _USER2 + eot + sep + assistant_prefix
-    if two != want:
-        fail(f"a second turn renders as {two!r}, not {want!r}")
-    eot_id = tok.convert_tokens_to_ids(eot)
-    if not isinstance(eot_id, int) or eot_id == tok.unk_token_id:
-        fail(f"end of turn {eot!r} is not a single token")
-    c["end_of_turn_id"] = int(eot_id)
-    return c

@@ -158,7 +158,7 @@ class Engine:
         reuse = min(c, n - 1)   # the last prompt position runs again: its logits start the reply
         routes = []
         if reuse > 0:
-            cache = DynamicCache.from_legacy_cache(tuple((k[:, :, :reuse], v[:, :, :reuse]) for k, v in entry[1]))
+            cache = DynamicCache(tuple((k[:, :, :reuse], v[:, :, :reuse]) for k, v in entry[1]))
             routes.append(entry[2][:reuse])
         else:
             cache = DynamicCache()
@@ -238,7 +238,7 @@ class Engine:
             routes = torch.cat(routes, dim=0) if capture else None   # (positions processed, L, k)
             if self.cache is not None and finish["type"] != "abort":
                 processed = (ids + out_ids)[:routes.shape[0]]
-                self.cache.insert(processed, cache.to_legacy_cache(), routes)
+                self.cache.insert(processed, tuple((layer.keys, layer.values) for layer in cache.layers), routes)
 
         meta = {"prompt_tokens": len(ids), "completion_tokens": len(out_ids), "cached_tokens": cached,
                 "finish_reason": finish, "weight_version": self.weight_version}

@@ -1,10 +1,10 @@
-"""Tiny random Hugging Face MoE checkpoints for tests and benchmarks, built
+"""Tiny random Hugging Face checkpoints (MoE, and one dense Llama) for tests and benchmarks, built
 offline: a config of the named architecture with random weights from a seed
 (save_pretrained, safetensors), and a byte-level BPE tokenizer trained here on
 built-in text with the real chat specials (<|endoftext|>, <|im_start|>,
 <|im_end|>) and a Qwen-style chat_template, saved into the same directory.
 
-    python gpu/hf/tiny.py --arch qwen3_moe|olmoe|mixtral --out DIR [--seed N]
+    python gpu/hf/tiny.py --arch qwen3_moe|olmoe|mixtral|llama --out DIR [--seed N]
 """
 import argparse
 import os
@@ -35,7 +35,7 @@ $ python3 -c 'print(sum(range(10)))'
 The quick brown fox jumps over the lazy dog. 0123456789 !@#$%^&*()_+-=[]{};:'",.<>/?
 """
 
-ARCHS = ("qwen3_moe", "olmoe", "mixtral")
+ARCHS = ("qwen3_moe", "olmoe", "mixtral", "llama")
 
 
 def build_tokenizer(vocab_size=512):
@@ -56,7 +56,7 @@ def build_tokenizer(vocab_size=512):
 
 
 def build_config(arch, vocab, eos, pad):
-    from transformers import MixtralConfig, OlmoeConfig, Qwen3MoeConfig
+    from transformers import LlamaConfig, MixtralConfig, OlmoeConfig, Qwen3MoeConfig
 
     common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                   max_position_embeddings=4096, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
@@ -70,6 +70,11 @@ def build_config(arch, vocab, eos, pad):
         return OlmoeConfig(num_key_value_heads=4, intermediate_size=32, num_experts=8, norm_topk_prob=False, **common)
     if arch == "mixtral":
         return MixtralConfig(num_key_value_heads=2, intermediate_size=32, num_local_experts=4, **common)
+    if arch == "llama":  # dense (no MoE layer): SmolLM2's architecture, for stock vLLM
+        common.pop("num_experts_per_tok")
+        # head_dim 64 as SmolLM2 (vLLM's CPU attention has no kernel for 16).
+        common.update(num_attention_heads=2)
+        return LlamaConfig(num_key_value_heads=1, head_dim=64, intermediate_size=128, **common)
     raise ValueError(f"--arch {arch!r} is none of {', '.join(ARCHS)}")
 
 
@@ -82,7 +87,7 @@ def build(arch, out, seed=0):
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
     cfg = build_config(arch, len(tok), eos, eos)
     torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.generation_config.eos_token_id = eos
     model.generation_config.pad_token_id = eos
     os.makedirs(out, exist_ok=True)

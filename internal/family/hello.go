@@ -67,14 +67,7 @@ type Variant struct {
 // Variants returns the SFT, training and held-out variants.
 func (h Hello) Variants() (sft, train, heldOut []Variant) {
 	r := rand.New(rand.NewSource(h.Seed))
-	var trainT, heldT []int
-	for i := range helloTemplates {
-		if HeldOutTemplates[i] {
-			heldT = append(heldT, i)
-		} else {
-			trainT = append(trainT, i)
-		}
-	}
+	trainT, heldT := templateSplit()
 	seen := map[string]bool{} // the same text would be the same task (its ID is a content hash)
 	gen := func(kind string, n int, templates []int, words ...string) []Variant {
 		out := make([]Variant, 0, n)
@@ -95,6 +88,19 @@ func (h Hello) Variants() (sft, train, heldOut []Variant) {
 		return out
 	}
 	return gen("sft", h.SFT, trainT, Word, Sibling), gen("train", h.Train, trainT, Word), gen("heldout", h.HeldOut, heldT, Word)
+}
+
+// templateSplit is which sentence templates training variants use and
+// which only held-out variants do.
+func templateSplit() (trainT, heldT []int) {
+	for i := range helloTemplates {
+		if HeldOutTemplates[i] {
+			heldT = append(heldT, i)
+		} else {
+			trainT = append(trainT, i)
+		}
+	}
+	return trainT, heldT
 }
 
 // InstructionLen is every variant's instruction length: a reference code
@@ -125,6 +131,11 @@ func fill(s string, n int) string {
 // and dir/heldout/<name>/, one Harbor task each, and returns their directories.
 func (h Hello) Write(dir string) (sft, train, heldOut []string, err error) {
 	sv, tv, hv := h.Variants()
+	return writeSets(dir, sv, tv, hv)
+}
+
+// writeSets writes the SFT, training and held-out variants under dir.
+func writeSets(dir string, sv, tv, hv []Variant) (sft, train, heldOut []string, err error) {
 	for _, set := range []struct {
 		sub  string
 		vs   []Variant

@@ -24,7 +24,8 @@ def test_model_info_and_chat_contract(engines):
     assert info["special_tokens"]["<|im_end|>"] == eng.tok.convert_tokens_to_ids("<|im_end|>")
     assert info["chat"] == {"system_prefix": "<|im_start|>system\n", "user_prefix": "<|im_start|>user\n",
                             "assistant_prefix": "<|im_start|>assistant\n", "end_of_turn": "<|im_end|>",
-                            "end_of_turn_id": info["special_tokens"]["<|im_end|>"], "turn_separator": "\n"}
+                            "end_of_turn_id": info["special_tokens"]["<|im_end|>"], "turn_separator": "\n",
+                            "default_system": "", "default_system_block": ""}
     # The pieces rebuild what the template itself renders.
     c = info["chat"]
     msgs = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"}]
