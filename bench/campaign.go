@@ -62,7 +62,7 @@ func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp str
 		return "", err
 	}
 	name := fmt.Sprintf("bench%d", time.Now().UnixNano()%1e9)
-	cfg, err := campaign.Parse("bench.toml", fmt.Sprintf(benchCampaignTOML, name, sz.warmupRounds, sz.steps, sz.rollouts, sz.rollouts))
+	cfg, err := campaign.Parse("bench.toml", fmt.Sprintf(benchCampaignTOML, name, sz.steps, sz.rollouts, sz.rollouts))
 	if err != nil {
 		return "", err
 	}
@@ -99,8 +99,7 @@ func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp str
 const campaignSection = "## Campaigns"
 
 // benchCampaignTOML is a small campaign of the reference model (%q: its
-// name; then its critic warm-up rounds, steps, tasks per step and
-// concurrency).
+// name; then its steps, tasks per step and concurrency).
 const benchCampaignTOML = `name = %q
 [pools]
 train = "bench-train"
@@ -111,7 +110,6 @@ preset = "small"
 fit_epochs = 2
 ev_gate = -1000.0
 require_gate = false
-max_rounds = %d
 [ppo]
 steps = %d
 tasks_per_step = %d

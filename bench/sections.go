@@ -26,7 +26,6 @@ type sizes struct {
 	rstRounds    int
 	auditTasks   []string // bench/audit-tasks tasks to audit; nil: all
 	steps        int      // the campaign's PPO steps
-	warmupRounds int      // the campaign's critic warm-up rounds
 	rollouts     int      // the campaign's rollouts per step
 	memConc      []int    // concurrent rollouts of the memory table
 	verifyN      int      // oracle sandboxes per task and path
@@ -36,7 +35,7 @@ type sizes struct {
 
 func fullSizes(n, turns, verifyN int, verifyTasks string) sizes {
 	return sizes{lifecycleN: n, turns: turns, loopReps: 3, harnessTurns: 12, rstRounds: 2,
-		steps: 4, warmupRounds: 2, rollouts: 4, memConc: []int{1, 4, 8}, verifyN: verifyN, verifyTasks: verifyTasks}
+		steps: 4, rollouts: 4, memConc: []int{1, 4, 8}, verifyN: verifyN, verifyTasks: verifyTasks}
 }
 
 // bench is what a section runs against: the shared environment, a dev

@@ -16,7 +16,7 @@ import (
 
 // smokeSizes run every section of a full `make bench` at a tiny size.
 var smokeSizes = sizes{lifecycleN: 1, turns: 2, loopReps: 1, harnessTurns: 2, rstSeeds: 1, rstRounds: 1,
-	auditTasks: []string{"sum-and-max", "leak-dot-answer"}, steps: 1, warmupRounds: 1, rollouts: 2, memConc: []int{1, 2},
+	auditTasks: []string{"sum-and-max", "leak-dot-answer"}, steps: 1, rollouts: 2, memConc: []int{1, 2},
 	verifyN: 1, verifyTasks: "log-level-counter,word-frequency", refArgs: []string{"--quick"}}
 
 // sectionChecks assert each section's figures and table shapes at smokeSizes.
