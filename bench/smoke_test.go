@@ -143,6 +143,23 @@ func positive(t *testing.T, what, s string) {
 	}
 }
 
+// rateFits checks a throughput: n tasks in wall (a duration in whole
+// seconds, at least 1 s: real sandboxes ran) at rate tasks/hour, the rate
+// within the rounding of n over wall.
+func rateFits(t *testing.T, what, n, wall, rate string) {
+	t.Helper()
+	d, err := time.ParseDuration(wall)
+	if err != nil || d < time.Second {
+		t.Errorf("%s took %q, want a duration of at least 1s", what, wall)
+		return
+	}
+	tasks, r := num(t, what+" tasks", n), num(t, what+" tasks/hour", rate)
+	lo, hi := tasks*time.Hour.Seconds()/(d+time.Second/2).Seconds(), tasks*time.Hour.Seconds()/(d-time.Second/2).Seconds()
+	if r < lo-1 || r > hi+1 {
+		t.Errorf("%s: %s tasks in %s at %s tasks/hour, want %.0f–%.0f", what, n, wall, rate, lo, hi)
+	}
+}
+
 // rowCount checks a table's number of rows.
 func rowCount(t *testing.T, what string, rows [][]string, want int) {
 	t.Helper()
@@ -183,16 +200,16 @@ func checkSandbox(t *testing.T, text string) {
 func checkRST(t *testing.T, text string) {
 	rows := table(t, text, "| what | figure |", 2)
 	rowCount(t, "synthesis table", rows, 3)
-	syn := match(t, rows[0][0], `^synthesis: (\d+) tasks accepted of (\d+) candidates`)
+	syn := match(t, rows[0][0], `^synthesis: (\d+) tasks accepted of (\d+) candidates in (\S+)`)
 	if num(t, "synthesized", syn[1]) < 1 {
 		t.Errorf("synthesis accepted no task: %q", rows[0][0])
 	}
-	aud := match(t, rows[1][0], `^audit: (\d+) tasks`)
+	aud := match(t, rows[1][0], `^audit: (\d+) tasks \(\d+ kept\) in (\S+)`)
 	if aud[1] != syn[1] {
 		t.Errorf("audited %s tasks, synthesized %s", aud[1], syn[1])
 	}
-	positive(t, "synthesis tasks/hour", rows[0][1])
-	positive(t, "audit tasks/hour", rows[1][1])
+	rateFits(t, "synthesis", syn[1], syn[3], rows[0][1])
+	rateFits(t, "audit", aud[1], aud[2], rows[1][1])
 	if s := num(t, "sandbox share", rows[2][1]); s <= 0 || s > 100 {
 		t.Errorf("share in sandbox activities %v%%, want in (0, 100]", s)
 	}
@@ -210,10 +227,11 @@ func checkAudit(t *testing.T, text string) {
 			t.Errorf("%s: %v planted, want %v", r[0], got, want)
 		}
 	}
-	m := match(t, text, `Sound tasks kept: (\d+) of (\d+)\. Throughput: (\d+) tasks in`)
+	m := match(t, text, `Sound tasks kept: (\d+) of (\d+)\. Throughput: (\d+) tasks in (\S+), \*\*(\S+) tasks/hour`)
 	if m[2] != "1" || m[3] != "2" {
 		t.Errorf("audit counted %s sound tasks of %s, want 1 of 2", m[2], m[3])
 	}
+	rateFits(t, "audit", m[3], m[4], m[5])
 }
 
 func checkCampaign(t *testing.T, text string) {
