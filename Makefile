@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv smollm2 s3server dev stop worker demo test unit bench bench-audit bench-verify bench-hf bench-scale lint
+.PHONY: all build deps docker temporal base-image python hfenv smollm2 s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-hf bench-scale lint
 
 all: build
 
@@ -73,8 +73,17 @@ test: deps hfenv smollm2
 unit:
 	go test ./...
 
+# Every section of docs/bench.md that a full run measures, in one run (about
+# 15 minutes on 2 cores); a section that fails keeps its old figures under a
+# "Not refreshed" note and the run exits non-zero naming it. The file is
+# written atomically.
 bench: deps
 	go run ./bench -out docs/bench.md
+
+# Every bench section at a tiny size, its figures and tables checked; writes
+# nothing (bench/smoke_test.go; `make test` runs it too).
+bench-smoke: deps
+	T1FLOW_INTEGRATION=1 go test -count=1 -run 'TestSmoke' ./bench/
 
 # An eval sweep of SCALE_N rollouts over the sleep sandbox backend:
 # orchestration throughput, history per run, worker memory (docs/bench.md's "Scale").

@@ -44,8 +44,9 @@ func historySize(ctx context.Context, c client.Client, wid, rid string) (int, in
 
 // benchCampaign: orchestration's share of a PPO step, history events and
 // bytes per PPO step and per rollout as a campaign grows, and worker memory
-// against concurrent rollouts.
-func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp string, ref task.Ref) (string, error) {
+// against concurrent rollouts: sz.steps PPO steps of sz.rollouts rollouts,
+// then sz.memConc rollouts at once.
+func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp string, ref task.Ref, sz sizes) (string, error) {
 	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: tmp, Store: st})
 	if err != nil {
 		return "", err
@@ -61,7 +62,7 @@ func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp str
 		return "", err
 	}
 	name := fmt.Sprintf("bench%d", time.Now().UnixNano()%1e9)
-	cfg, err := campaign.Parse("bench.toml", fmt.Sprintf(benchCampaignTOML, name))
+	cfg, err := campaign.Parse("bench.toml", fmt.Sprintf(benchCampaignTOML, name, sz.steps, sz.rollouts, sz.rollouts))
 	if err != nil {
 		return "", err
 	}
@@ -70,7 +71,7 @@ func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp str
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "\n## Campaigns\n\nA campaign of %d PPO steps × 4 policy rollouts (2 turns each) of the reference model, then scripted rollouts for memory.\n\n", cfg.PPO.Steps)
+	fmt.Fprintf(&b, "%s\n\nA campaign of %d PPO steps × %d policy rollouts (2 turns each) of the reference model, then scripted rollouts for memory.\n\n", campaignSection, cfg.PPO.Steps, sz.rollouts)
 	fmt.Fprintf(&b, "| PPO step | step wall | rollouts | ppo_step (trainer) | orchestration share | step history events / bytes | per-rollout events / bytes |\n|---|---|---|---|---|---|---|\n")
 	for step := 1; step <= cfg.PPO.Steps; step++ {
 		row, err := ppoStepRow(ctx, c, name, step)
@@ -83,18 +84,22 @@ func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp str
 	fmt.Fprintf(&b, "\nThe campaign workflow's own history: %d events, %d bytes for %d steps (it continues as new every `continue_as_new_every` steps).\n", cn, cb, cfg.PPO.Steps)
 
 	// Worker memory (this process runs every worker) against concurrent rollouts.
-	fmt.Fprintf(&b, "\n| concurrent rollouts (scripted, `sleep 3`) | worker heap in use | goroutines |\n|---|---|---|\n")
-	for _, conc := range []int{1, 4, 8} {
-		peak, peakG, err := peakMemory(ctx, c, ref, fmt.Sprintf("%s-mem-%d", name, conc), conc)
+	fmt.Fprintf(&b, "\n| concurrent rollouts (scripted, `sleep 3`; one task × that many attempts) | most seen running at once | worker heap in use | goroutines |\n|---|---|---|---|\n")
+	for _, conc := range sz.memConc {
+		m, err := peakMemory(ctx, c, ref, fmt.Sprintf("%s-mem-%d", name, conc), conc)
 		if err != nil {
-			return "", err
+			return "", fmt.Errorf("memory at %d concurrent rollouts: %w", conc, err)
 		}
-		fmt.Fprintf(&b, "| %d | %.1f MiB | %d |\n", conc, float64(peak)/(1<<20), peakG)
+		fmt.Fprintf(&b, "| %d | %d | %.1f MiB | %d |\n", conc, m.running, float64(m.heap)/(1<<20), m.goroutines)
 	}
 	return b.String(), nil
 }
 
-// benchCampaignTOML is a small campaign of the reference model (%q: its name).
+// campaignSection is the heading of the campaign figures.
+const campaignSection = "## Campaigns"
+
+// benchCampaignTOML is a small campaign of the reference model (%q: its
+// name; then its steps, tasks per step and concurrency).
 const benchCampaignTOML = `name = %q
 [pools]
 train = "bench-train"
@@ -106,9 +111,9 @@ fit_epochs = 2
 ev_gate = -1000.0
 require_gate = false
 [ppo]
-steps = 4
-tasks_per_step = 4
-concurrency = 4
+steps = %d
+tasks_per_step = %d
+concurrency = %d
 turn_cap = 2
 max_failed_share = 0.5
 [eval]
@@ -160,32 +165,45 @@ func ppoStepRow(ctx context.Context, c client.Client, name string, step int) (st
 		train.Round(time.Millisecond), 100*float64(orch)/float64(wall), n, bytes, re/max(1, len(rolloutIDs)), rb/max(1, len(rolloutIDs))), nil
 }
 
-// peakMemory runs conc scripted rollouts at once and samples this process's
-// heap in use and goroutines until they finish; it returns the peaks.
-func peakMemory(ctx context.Context, c client.Client, ref task.Ref, sweepID string, conc int) (uint64, int, error) {
-	var tasks []task.Ref
-	for i := 0; i < conc; i++ {
-		tasks = append(tasks, ref)
-	}
-	in := workflows.EvalSweepInput{SweepID: sweepID, Tasks: tasks, Attempts: 1, Concurrency: conc,
+// memPeaks is what peakMemory saw: the most rollouts running at once (the
+// sweep's progress), this process's heap in use and its goroutines.
+type memPeaks struct {
+	running    int
+	heap       uint64
+	goroutines int
+}
+
+// peakMemory runs conc scripted rollouts at once (one task, conc attempts:
+// a sweep refuses a task listed twice) and samples this process's heap in
+// use, goroutines and the sweep's running rollouts until they finish; it
+// returns the peaks, and an error when the sweep did not run conc rollouts.
+func peakMemory(ctx context.Context, c client.Client, ref task.Ref, sweepID string, conc int) (memPeaks, error) {
+	in := workflows.EvalSweepInput{SweepID: sweepID, Tasks: []task.Ref{ref}, Attempts: conc, Concurrency: conc,
 		Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"sleep 3"}}}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: ids.EvalSweepWorkflowID(in.SweepID), TaskQueue: ids.ControlQueue}, workflows.EvalSweepWorkflow, in)
 	if err != nil {
-		return 0, 0, err
+		return memPeaks{}, err
 	}
-	var peak uint64
-	peakG := 0
+	var p memPeaks
+	var res workflows.EvalSweepResult
 	done := make(chan error, 1)
-	go func() { done <- run.Get(ctx, nil) }()
+	go func() { done <- run.Get(ctx, &res) }()
 	for {
 		select {
 		case err := <-done:
-			return peak, peakG, err
+			if err == nil && res.Summary.Rollouts != conc {
+				err = fmt.Errorf("sweep %s reported %d rollouts, want %d", sweepID, res.Summary.Rollouts, conc)
+			}
+			return p, err
 		case <-time.After(200 * time.Millisecond):
 			var m runtime.MemStats
 			runtime.ReadMemStats(&m)
-			peak = max(peak, m.HeapInuse)
-			peakG = max(peakG, runtime.NumGoroutine())
+			p.heap = max(p.heap, m.HeapInuse)
+			p.goroutines = max(p.goroutines, runtime.NumGoroutine())
+			var pr workflows.Progress
+			if v, err := c.QueryWorkflow(ctx, run.GetID(), "", workflows.QueryProgress); err == nil && v.Get(&pr) == nil {
+				p.running = max(p.running, pr.Running)
+			}
 		}
 	}
 }

@@ -20,13 +20,12 @@ import (
 // per-turn overhead (workflow, activity dispatch, parsing, tokenizing glue,
 // episode bookkeeping) as a share of the time spent in inference and in the
 // sandbox's terminal.
-func benchHarness(ctx context.Context, c client.Client, ref task.Ref, tmp string) (string, error) {
+func benchHarness(ctx context.Context, c client.Client, ref task.Ref, tmp string, turns int) (string, error) {
 	inf := &gpu.Supervisor{Name: "inference", Command: gpu.InferenceCommand("", gpu.Slot{}, "--seed", "0"), LogPath: filepath.Join(tmp, "inference.log")}
 	if err := inf.Start(ctx); err != nil {
 		return "", err
 	}
 	defer inf.Stop()
-	const turns = 12
 	in := workflows.RolloutInput{CampaignID: "bench", Stage: "harness", Task: ref, Attempt: 1, TurnCap: turns,
 		Agent: activities.AgentSpec{Kind: activities.AgentPolicy, Inference: []string{inf.URL()}, MaxNewTokens: 32, Temperature: 1}}
 	wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: ids.ControlQueue}, workflows.RolloutWorkflow, in)
@@ -56,6 +55,6 @@ func benchHarness(ctx context.Context, c client.Client, ref task.Ref, tmp string
 	over := wall - work
 	var s strings.Builder
 	fmt.Fprintf(&s, "\nHarness overhead per model-driven turn (reference model, %d turns, 32 new tokens each): %s per turn of which inference + terminal %s; overhead %s per turn = **%.0f%%** of inference plus exec time.\n",
-		turns, ms(wall/turns), ms(work/turns), ms(over/turns), 100*float64(over)/float64(work))
+		turns, ms(wall/time.Duration(turns)), ms(work/time.Duration(turns)), ms(over/time.Duration(turns)), 100*float64(over)/float64(work))
 	return s.String(), nil
 }

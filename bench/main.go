@@ -25,7 +25,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/t1flow/t1flow/activities"
-	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -42,7 +41,7 @@ func main() {
 	only := flag.String("only", "", "\"verify\", \"audit\" or \"scale\": run only that benchmark and rewrite just its section of -out")
 	auditOnly := flag.Bool("audit-only", false, "the same as -only audit")
 	verifyN := flag.Int("verify-n", 3, "oracle sandboxes per task and path in the verification benchmark")
-	flag.StringVar(&verifyTasks, "verify-tasks", "", "comma-separated task names: verify only these (default: every examples/tasks and examples/tb2 task)")
+	verifyTasks := flag.String("verify-tasks", "", "comma-separated task names: verify only these (default: every examples/tasks and examples/tb2 task)")
 	var so scaleOpts
 	flag.IntVar(&so.n, "scale-n", 100000, "-only scale: rollouts in the sweep")
 	flag.IntVar(&so.tasks, "scale-tasks", 1000, "-only scale: tasks in the manifest (rollouts = tasks × attempts)")
@@ -56,9 +55,9 @@ func main() {
 	var err error
 	switch *only {
 	case "":
-		err = run(*out, *n, *turns, *verifyN)
+		err = run(*out, fullSizes(*n, *turns, *verifyN, *verifyTasks))
 	case "verify":
-		err = runVerifyOnly(*out, *verifyN)
+		err = runVerifyOnly(*out, *verifyN, *verifyTasks)
 	case "audit":
 		err = runAuditOnly(*out)
 	case "scale":
@@ -135,14 +134,14 @@ func (e *env) build(ctx context.Context) error {
 
 // runVerifyOnly measures sealed verification alone and splices its section
 // into out, leaving the other figures as they were.
-func runVerifyOnly(out string, n int) error {
+func runVerifyOnly(out string, n int, only string) error {
 	ctx := context.Background()
 	e, cleanup, err := setup(ctx)
 	defer cleanup()
 	if err != nil {
 		return err
 	}
-	sec, err := benchVerify(ctx, e, n)
+	sec, err := benchVerify(ctx, e, n, only)
 	if err != nil {
 		return err
 	}
@@ -150,14 +149,10 @@ func runVerifyOnly(out string, n int) error {
 	return spliceSection(out, verifySection, sec)
 }
 
-func run(out string, n, turns, verifyN int) error {
+func run(out string, sz sizes) error {
 	ctx := context.Background()
 	e, cleanup, err := setup(ctx)
 	defer cleanup()
-	if err != nil {
-		return err
-	}
-	lifeOurs, lifeBare, err := benchLifecycle(ctx, e, n)
 	if err != nil {
 		return err
 	}
@@ -166,64 +161,52 @@ func run(out string, n, turns, verifyN int) error {
 		return err
 	}
 	defer stop()
-	perTurnOurs, err := benchTurnLoop(ctx, c, e.ref, turns)
-	if err != nil {
+	outs := runSections(ctx, &bench{e: e, c: c, sz: sz}, sections)
+	old, err := os.ReadFile(out)
+	if err != nil && !os.IsNotExist(err) {
 		return err
 	}
-	harness, err := benchHarness(ctx, c, e.ref, e.tmp)
-	if err != nil {
+	doc := assemble(string(old), outs, time.Now().UTC().Format("2006-01-02"))
+	if err := writeAtomic(out, doc); err != nil {
 		return err
 	}
-	rst, err := benchRST(ctx, c, e.st)
+	fmt.Print(doc)
+	return failures(outs)
+}
+
+// sandboxSection is the heading of the sandbox and turn-loop figures.
+const sandboxSection = "## Sandboxes and the turn loop"
+
+// benchSandbox: the sandbox lifecycle and the turn loop against bare Docker,
+// the trajectory store against a raw copy, and the harness's overhead.
+func benchSandbox(ctx context.Context, b *bench) (string, error) {
+	e, sz := b.e, b.sz
+	lifeOurs, lifeBare, err := benchLifecycle(ctx, e, sz.lifecycleN)
 	if err != nil {
-		return err
+		return "", err
 	}
-	aud, err := benchAudit(ctx, c, e.st)
+	perTurnOurs, err := benchTurnLoop(ctx, b.c, e.ref, sz.turns, sz.loopReps)
 	if err != nil {
-		return err
+		return "", err
 	}
-	camp, err := benchCampaign(ctx, c, e.st, filepath.Join(e.tmp, "campaign"), e.ref)
+	perTurnBare, err := benchBareTurns(e.img, sz.turns)
 	if err != nil {
-		return err
+		return "", err
 	}
-	perTurnBare, err := benchBareTurns(e.img, turns)
-	if err != nil {
-		return err
-	}
-	verify, err := benchVerify(ctx, e, verifyN)
-	if err != nil {
-		return err
-	}
-	var b strings.Builder
-	writeSandboxTable(&b, n, turns, lifeOurs, lifeBare, perTurnOurs, perTurnBare)
 	traj, err := benchTrajectory(e.tmp)
 	if err != nil {
-		return err
+		return "", err
 	}
-	b.WriteString(traj)
-	writeSandboxNotes(&b, perTurnOurs, perTurnBare)
-	b.WriteString(harness)
-	b.WriteString(rst)
-	b.WriteString(aud)
-	b.WriteString(camp)
-	b.WriteString(verify)
-
-	// The GPU side: the reference trainer and inference server, measured by
-	// their own benchmark in the same run.
-	py, err := exec.Command(gpu.Python(), filepath.Join(gpu.ReferenceDir(), "bench.py")).Output()
+	harness, err := benchHarness(ctx, b.c, e.ref, e.tmp, sz.harnessTurns)
 	if err != nil {
-		return fmt.Errorf("gpu/reference/bench.py: %v", err)
+		return "", err
 	}
-	b.WriteString("\n")
-	b.Write(py)
-	if old, err := os.ReadFile(out); err == nil {
-		b.WriteString(sectionsNotIn(string(old), b.String()))
-	}
-	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
-		return err
-	}
-	fmt.Print(b.String())
-	return nil
+	var s strings.Builder
+	writeSandboxTable(&s, sz, lifeOurs, lifeBare, perTurnOurs, perTurnBare)
+	s.WriteString(traj)
+	writeSandboxNotes(&s, perTurnOurs, perTurnBare)
+	s.WriteString(harness)
+	return s.String(), nil
 }
 
 // benchLifecycle times create → exec → destroy through the activities,
@@ -290,14 +273,14 @@ func startDevServer(ctx context.Context, state string, extra ...string) (*testsu
 }
 
 // benchTurnLoop is the median time per turn of the RolloutWorkflow turn
-// loop over three rollouts of `sleep 0.1` turns.
-func benchTurnLoop(ctx context.Context, c client.Client, ref task.Ref, turns int) (time.Duration, error) {
+// loop over reps rollouts of `sleep 0.1` turns.
+func benchTurnLoop(ctx context.Context, c client.Client, ref task.Ref, turns, reps int) (time.Duration, error) {
 	cmds := make([]string, turns)
 	for i := range cmds {
 		cmds[i] = "sleep 0.1"
 	}
 	var loopPerTurn []time.Duration
-	for rep := 0; rep < 3; rep++ {
+	for rep := 0; rep < reps; rep++ {
 		in := workflows.RolloutInput{CampaignID: "bench", Stage: "bench", Step: rep, Task: ref, Attempt: 1, TurnCap: turns + 1,
 			Agent: activities.AgentSpec{Kind: activities.AgentScripted, Commands: cmds}}
 		wr, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: ids.ControlQueue}, workflows.RolloutWorkflow, in)
@@ -339,7 +322,7 @@ func benchBareTurns(img string, turns int) (time.Duration, error) {
 	return time.Since(t0) / time.Duration(turns), nil
 }
 
-func writeSandboxTable(b *strings.Builder, n, turns int, lifeOurs, lifeBare, perTurnOurs, perTurnBare time.Duration) {
+func writeSandboxTable(b *strings.Builder, sz sizes, lifeOurs, lifeBare, perTurnOurs, perTurnBare time.Duration) {
 	lifeRatio := float64(lifeOurs) / float64(lifeBare)
 	turnRatio := float64(perTurnOurs) / float64(perTurnBare)
 	verdict := func(r, target float64) string {
@@ -348,11 +331,11 @@ func writeSandboxTable(b *strings.Builder, n, turns int, lifeOurs, lifeBare, per
 		}
 		return "**missed**"
 	}
-	fmt.Fprintf(b, "# Benchmarks\n\n## Sandboxes and the turn loop\n\nWritten by `make bench` (bench/main.go) on %s, %d CPUs, %s. Each figure is a median;\n", time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
+	fmt.Fprintf(b, "%s\n\nWritten by `make bench` (bench/main.go) on %s, %d CPUs, %s. Each figure is a median;\n", sandboxSection, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), runtime.GOOS+"/"+runtime.GOARCH)
 	fmt.Fprintf(b, "each ratio compares t1flow with bare Docker doing the same operations in the same run.\n\n")
 	fmt.Fprintf(b, "| what | t1flow | bare Docker | ratio | target |\n|---|---|---|---|---|\n")
-	fmt.Fprintf(b, "| sandbox create → exec → destroy (activities, Docker SDK) vs `docker run --rm` (n=%d) | %s | %s | %.2f× | ≤ 1.3× (%s) |\n", n, ms(lifeOurs), ms(lifeBare), lifeRatio, verdict(lifeRatio, 1.3))
-	fmt.Fprintf(b, "| one turn of a 100 ms command: RolloutWorkflow turn loop on the dev server vs a bare `docker exec` loop (%d turns × 3 rollouts) | %s | %s | %.2f× | ≤ 1.5× (%s) |\n", turns, ms(perTurnOurs), ms(perTurnBare), turnRatio, verdict(turnRatio, 1.5))
+	fmt.Fprintf(b, "| sandbox create → exec → destroy (activities, Docker SDK) vs `docker run --rm` (n=%d) | %s | %s | %.2f× | ≤ 1.3× (%s) |\n", sz.lifecycleN, ms(lifeOurs), ms(lifeBare), lifeRatio, verdict(lifeRatio, 1.3))
+	fmt.Fprintf(b, "| one turn of a 100 ms command: RolloutWorkflow turn loop on the dev server vs a bare `docker exec` loop (%d turns × %d rollouts) | %s | %s | %.2f× | ≤ 1.5× (%s) |\n", sz.turns, sz.loopReps, ms(perTurnOurs), ms(perTurnBare), turnRatio, verdict(turnRatio, 1.5))
 }
 
 func writeSandboxNotes(b *strings.Builder, perTurnOurs, perTurnBare time.Duration) {

@@ -19,12 +19,16 @@ import (
 )
 
 // benchRST: tasks synthesized and audited per hour on this machine, and the
-// share of rollout time spent in sandbox activities against orchestration.
-func benchRST(ctx context.Context, c client.Client, st store.Store) (string, error) {
+// share of rollout time spent in sandbox activities against orchestration:
+// nSeeds of examples/seeds (0: all), rounds RST rounds.
+func benchRST(ctx context.Context, c client.Client, st store.Store, nSeeds, rounds int) (string, error) {
 	var seeds []task.Ref
 	ts, err := task.LoadAll(filepath.Join(testenv.RepoRoot(), "examples/seeds"))
 	if err != nil {
 		return "", err
+	}
+	if nSeeds > 0 && nSeeds < len(ts) {
+		ts = ts[:nSeeds]
 	}
 	for _, t := range ts {
 		r, err := task.Bundle(ctx, st, t)
@@ -37,7 +41,7 @@ func benchRST(ctx context.Context, c client.Client, st store.Store) (string, err
 	t0 := time.Now()
 	var syn workflows.SynthSweepResult
 	if err := execWait(ctx, c, "synthsweep/"+run, workflows.SynthSweepWorkflow, workflows.SynthSweepInput{
-		RunID: run, Seeds: seeds, PerSeed: 1, Rounds: 2, RNGSeed: 3, Concurrency: 3, Pool: "bench-" + run,
+		RunID: run, Seeds: seeds, PerSeed: 1, Rounds: rounds, RNGSeed: 3, Concurrency: 3, Pool: "bench-" + run,
 	}, &syn); err != nil {
 		return "", err
 	}
@@ -56,7 +60,7 @@ func benchRST(ctx context.Context, c client.Client, st store.Store) (string, err
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Task synthesis and audit\n\n")
-	fmt.Fprintf(&b, "%d seeds × 2 RST rounds (procedural), then the eight-dimension audit of the %d synthesized tasks; 3 chains and 3 audits at once.\n\n", len(seeds), syn.Summary.Synthesized)
+	fmt.Fprintf(&b, "%d seeds × %d RST rounds (procedural), then the eight-dimension audit of the %d synthesized tasks; 3 chains and 3 audits at once.\n\n", len(seeds), rounds, syn.Summary.Synthesized)
 	fmt.Fprintf(&b, "| what | figure |\n|---|---|\n")
 	fmt.Fprintf(&b, "| synthesis: %d tasks accepted of %d candidates in %s | **%.0f tasks/hour** |\n", syn.Summary.Synthesized, syn.Summary.Variations, synthWall.Round(time.Second), float64(syn.Summary.Synthesized)/synthWall.Hours())
 	fmt.Fprintf(&b, "| audit: %d tasks (%d kept) in %s | **%.0f tasks/hour** |\n", aud.Summary.Audited, aud.Summary.Kept, auditWall.Round(time.Second), float64(aud.Summary.Audited)/auditWall.Hours())

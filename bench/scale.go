@@ -43,21 +43,33 @@ type scaleOpts struct {
 // bytes, one rollout's history and the process's peak memory, and splices
 // the "## Scale" section into out.
 func runScaleOnly(out string, o scaleOpts) error {
-	if _, err := activities.CheckSleepBackend(activities.SleepBackend); err != nil {
-		return err
-	}
-	if o.n < 1 || o.tasks < 1 || o.concurrency < 1 || o.n%min(o.tasks, o.n) != 0 {
-		return fmt.Errorf("-scale-n %d, -scale-tasks %d, -scale-concurrency %d: all at least 1, n a multiple of tasks", o.n, o.tasks, o.concurrency)
-	}
-	ctx := context.Background()
-	tmp, err := os.MkdirTemp("", "t1flow-bench-scale-")
+	sec, err := benchScale(context.Background(), o)
 	if err != nil {
 		return err
+	}
+	fmt.Print(sec)
+	return spliceSection(out, scaleHeading, sec)
+}
+
+// scaleHeading is the heading of the scale figures.
+const scaleHeading = "## Scale: eval sweeps that continue as new"
+
+// benchScale runs the scale sweep and returns its section.
+func benchScale(ctx context.Context, o scaleOpts) (string, error) {
+	if _, err := activities.CheckSleepBackend(activities.SleepBackend); err != nil {
+		return "", err
+	}
+	if o.n < 1 || o.tasks < 1 || o.concurrency < 1 || o.n%min(o.tasks, o.n) != 0 {
+		return "", fmt.Errorf("-scale-n %d, -scale-tasks %d, -scale-concurrency %d: all at least 1, n a multiple of tasks", o.n, o.tasks, o.concurrency)
+	}
+	tmp, err := os.MkdirTemp("", "t1flow-bench-scale-")
+	if err != nil {
+		return "", err
 	}
 	defer os.RemoveAll(tmp)
 	st, err := store.NewLocal(filepath.Join(tmp, "store"))
 	if err != nil {
-		return err
+		return "", err
 	}
 	var db []string
 	if o.dbFile {
@@ -67,7 +79,7 @@ func runScaleOnly(out string, o scaleOpts) error {
 	}
 	dev, err := startDevServer(ctx, testenv.StateDir(), db...)
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer dev.Stop()
 	// The SDK's default logger writes every command at DEBUG: at thousands
@@ -75,19 +87,19 @@ func runScaleOnly(out string, o scaleOpts) error {
 	quiet := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	c, err := client.Dial(client.Options{HostPort: dev.FrontendHostPort(), Logger: log.NewStructuredLogger(quiet)})
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer c.Close()
 	acts := &activities.Activities{Store: st, Temporal: c, Host: fmt.Sprintf("scale-%d", os.Getpid()), Sleep: o.sleep}
 	ws := roles.New(c, roles.Control+","+roles.Sandbox, acts)
 	if err := roles.Start(ws); err != nil {
-		return err
+		return "", err
 	}
 	defer roles.Stop(ws)
 	tasks := min(o.tasks, o.n)
 	manifest, err := scaleManifest(ctx, st, tasks)
 	if err != nil {
-		return err
+		return "", err
 	}
 	sweep := fmt.Sprintf("scale-%d", time.Now().UnixNano())
 	in := workflows.EvalSweepInput{SweepID: sweep, TaskManifest: &manifest, Attempts: o.n / tasks, Concurrency: o.concurrency,
@@ -97,7 +109,7 @@ func runScaleOnly(out string, o scaleOpts) error {
 	t0 := time.Now()
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: ids.EvalSweepWorkflowID(sweep), TaskQueue: ids.ControlQueue}, workflows.EvalSweepWorkflow, in)
 	if err != nil {
-		return err
+		return "", err
 	}
 	progress := time.NewTicker(time.Minute)
 	defer progress.Stop()
@@ -115,14 +127,9 @@ func runScaleOnly(out string, o scaleOpts) error {
 	wall := time.Since(t0)
 	stopMem()
 	if err != nil {
-		return fmt.Errorf("sweep %s after %s: %w", sweep, wall, err)
+		return "", fmt.Errorf("sweep %s after %s: %w", sweep, wall, err)
 	}
-	sec, err := scaleSection(ctx, c, o, res, sweep, wall, peak.Load())
-	if err != nil {
-		return err
-	}
-	fmt.Print(sec)
-	return spliceSection(out, "## Scale: eval sweeps that continue as new", sec)
+	return scaleSection(ctx, c, o, res, sweep, wall, peak.Load())
 }
 
 // scaleManifest stores one placeholder bundle (the sleep backend never
@@ -212,7 +219,7 @@ func scaleSection(ctx context.Context, c client.Client, o scaleOpts, res workflo
 		db = "SQLite in a file, WAL, synchronous=off"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Scale: eval sweeps that continue as new\n\n")
+	fmt.Fprintf(&b, "%s\n\n", scaleHeading)
 	fmt.Fprintf(&b, "`make bench-scale` (`bench -only scale`): one eval sweep of %d rollouts (%d tasks by manifest × %d attempts), %d at a time, "+
 		"on the dev server (%s) with an in-process worker (control and sandbox roles) over the sleep sandbox backend (each sandbox activity sleeps %s; no Docker, no GPU), on %d CPUs shared with other work. "+
 		"The sweep continues as new every %d rollouts it starts.\n\n", o.n, min(o.tasks, o.n), o.n/min(o.tasks, o.n), o.concurrency, db, o.sleep, runtime.NumCPU(), workflows.DefaultContinueEvery)

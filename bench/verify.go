@@ -30,7 +30,7 @@ const unsealedPrepare = `kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/n
 // oracle's work with the sealed verifier (Verify: tamper check, sealed
 // prepare, test.sh under the toolchain) against the unsealed path it replaced
 // (the container's bash and python3), on the same sandboxes' twins.
-func benchVerify(ctx context.Context, e *env, n int) (string, error) {
+func benchVerify(ctx context.Context, e *env, n int, only string) (string, error) {
 	base, err := e.d.EnsureBaseImage(ctx)
 	if err != nil {
 		return "", err
@@ -57,7 +57,7 @@ func benchVerify(ctx context.Context, e *env, n int) (string, error) {
 	b.WriteString("| task | sealed | unsealed | ratio |\n|---|---|---|---|\n")
 	var sealedAll, unsealedAll []verifySample
 	load := loadAvg()
-	for _, dir := range taskDirs("examples/tasks/*") {
+	for _, dir := range taskDirs("examples/tasks/*", only) {
 		s, u, err := benchVerifyTask(ctx, e, dir, n, true)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", filepath.Base(dir), err)
@@ -76,7 +76,7 @@ func benchVerify(ctx context.Context, e *env, n int) (string, error) {
 	}
 	b.WriteString("Terminal-Bench-format tasks (their test.sh installs curl, downloads uv, runs `uvx -p 3.13 -w pytest==8.4.1 -w pytest-json-ctrf==0.3.5 pytest`): " +
 		"sealed only, since unsealed they cannot run offline at all (`uvx: command not found`, a verifier_error).\n\n| task | sealed |\n|---|---|\n")
-	for _, dir := range taskDirs("examples/tb2/*") {
+	for _, dir := range taskDirs("examples/tb2/*", only) {
 		s, _, err := benchVerifyTask(ctx, e, dir, n, false)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", filepath.Base(dir), err)
@@ -86,18 +86,16 @@ func benchVerify(ctx context.Context, e *env, n int) (string, error) {
 	return b.String(), nil
 }
 
-// verifyTasks, when set (-verify-tasks), limits the benchmark to these tasks.
-var verifyTasks string
-
-// taskDirs are the task directories matching glob that -verify-tasks allows.
-func taskDirs(glob string) []string {
+// taskDirs are the task directories matching glob that only (-verify-tasks:
+// comma-separated names, "" for all) allows.
+func taskDirs(glob, only string) []string {
 	dirs, _ := filepath.Glob(filepath.Join(testenv.RepoRoot(), glob))
-	if verifyTasks == "" {
+	if only == "" {
 		return dirs
 	}
 	var out []string
 	for _, d := range dirs {
-		for _, n := range strings.Split(verifyTasks, ",") {
+		for _, n := range strings.Split(only, ",") {
 			if filepath.Base(d) == strings.TrimSpace(n) {
 				out = append(out, d)
 			}
@@ -294,36 +292,4 @@ func verifyUnsealed(ctx context.Context, e *env, tk *task.Task, id string) (acti
 		return activities.VerifyResult{}, err
 	}
 	return activities.ParseResults(files)
-}
-
-// spliceSection replaces (or appends) one "## " section of a markdown file.
-func spliceSection(file, heading, section string) error {
-	old, _ := os.ReadFile(file)
-	s := string(old)
-	i := strings.Index(s, "\n"+heading+"\n")
-	if i < 0 {
-		return os.WriteFile(file, []byte(strings.TrimRight(s, "\n")+"\n"+section), 0o644)
-	}
-	rest := s[i+1:]
-	j := strings.Index(rest[len(heading):], "\n## ")
-	tail := ""
-	if j >= 0 {
-		tail = rest[len(heading)+j:]
-	}
-	return os.WriteFile(file, []byte(s[:i]+section+tail), 0o644)
-}
-
-// sectionsNotIn returns old's "## " sections whose headings fresh lacks, in
-// their order: figures that other targets measure (make bench-hf, make
-// bench-scale, the learning curve of make demo) survive a full make bench.
-func sectionsNotIn(old, fresh string) string {
-	var kept strings.Builder
-	parts := strings.Split("\n"+old, "\n## ")
-	for _, p := range parts[1:] {
-		heading := "## " + strings.SplitN(p, "\n", 2)[0]
-		if !strings.Contains("\n"+fresh, "\n"+heading+"\n") {
-			kept.WriteString("\n" + strings.TrimRight("## "+p, "\n") + "\n")
-		}
-	}
-	return kept.String()
 }

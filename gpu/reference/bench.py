@@ -1,5 +1,7 @@
 """Benchmarks of the reference trainer and inference server on this machine;
-prints a markdown section for docs/bench.md (bench/main.go includes it)."""
+prints a markdown section for docs/bench.md (bench/main.go includes it).
+--quick: the same section at a tiny size (bench/smoke_test.go)."""
+import argparse
 import os
 import sys
 import tempfile
@@ -20,13 +22,20 @@ def timed(fn):
 
 
 def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="every figure at a tiny size (a smoke run, not a measurement)")
+    quick = ap.parse_args().quick
+    # Sizes: new tokens and repetitions of the decoding rows; turns, tokens per
+    # turn and episodes of the multi-turn rows; trajectories and their new
+    # tokens for the trainer rows; rollouts and new tokens for the gap rows.
+    n_new, reps, turns, per_turn, episodes, n_traj, traj_new, n_gap, gap_new = (
+        (16, 1, 2, 8, 1, 2, 16, 2, 8) if quick else (128, 4, 6, 32, 3, 8, 192, 6, 64))
     torch.manual_seed(0)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         # Inference: the same requests with and without routing capture, interleaved.
         eng = make_engine(seed=0, radix_cache=False)   # the same prompt each time: measure decoding, not the cache
         prompt = [257] + list(b"bench prompt: list the files in /app and count them")
-        n_new, reps = 128, 4
         plain = capture = 0.0
         for i in range(reps):
             req = {"input_ids": prompt, "sampling_params": {"max_new_tokens": n_new, "seed": i, "stop_token_ids": []}}
@@ -38,7 +47,6 @@ def main():
         rows.append(("inference, generated tokens/s, with routing capture", f"{tok_cap:.0f}", f"capture overhead {plain and capture / plain:.2f}×"))
 
         # Multi-turn episodes (each turn resends the whole history), prefix cache on and off.
-        turns, per_turn, episodes = 6, 32, 3
         speed = {}
         for cache in (True, False):
             e = make_engine(seed=0, radix_cache=cache)
@@ -52,12 +60,12 @@ def main():
                      "every turn re-runs (and re-routes) its whole context"))
 
         # Trainer throughput on a batch of sampled trajectories.
-        trajs = [rollout(eng, prompt, max_new=192, seed=i) for i in range(8)]
-        d = write_batch(os.path.join(tmp, "b"), trajs, [i / 8 for i in range(8)])
+        trajs = [rollout(eng, prompt, max_new=traj_new, seed=i) for i in range(n_traj)]
+        d = write_batch(os.path.join(tmp, "b"), trajs, [i / n_traj for i in range(n_traj)])
         tokens = sum(int(t["tokens"].shape[0]) for t in trajs)
         tr = make_trainer(os.path.join(tmp, "w"), seed=0)
         res, s = timed(lambda: tr._run("sft", {"key": "bench/sft", "batch_dir": d, "hyper": {"epochs": 2}}, tr.sft))
-        rows.append(("trainer sft, tokens/s (2 epochs over 8 trajectories)", f"{2 * tokens / s:.0f}", f"{tokens} tokens per epoch"))
+        rows.append((f"trainer sft, tokens/s (2 epochs over {n_traj} trajectories)", f"{2 * tokens / s:.0f}", f"{tokens} tokens per epoch"))
         tr2 = make_trainer(os.path.join(tmp, "w2"), seed=0)
         res, s = timed(lambda: tr2._run("ppo_step", {"key": "bench/ppo", "batch_dir": d}, tr2.ppo_step))
         rows.append(("trainer ppo_step, tokens/s (old/free forwards, update epochs × minibatches, critic)",
@@ -67,8 +75,8 @@ def main():
         gaps = {}
         for dtype in ("bfloat16", "float32"):
             e = make_engine(seed=5, sample_dtype=dtype)
-            ts = [rollout(e, [257] + list(b"task %d" % i), max_new=64, seed=i) for i in range(6)]
-            dd = write_batch(os.path.join(tmp, "g" + dtype), ts, [0.5] * 6)
+            ts = [rollout(e, [257] + list(b"task %d" % i), max_new=gap_new, seed=i) for i in range(n_gap)]
+            dd = write_batch(os.path.join(tmp, "g" + dtype), ts, [0.5] * n_gap)
             t3 = make_trainer(os.path.join(tmp, "w" + dtype), seed=5)
             cfg = t3.actor.cfg
             _, tt = B.load(dd, cfg.n_layer, cfg.n_experts, cfg.top_k, True)
