@@ -355,7 +355,7 @@ class ShardedTrainer(T.Trainer):
                 getattr(self, name)(*args)
                 if name in TRAINING_OPS:
                     self.store.crash("trained")
-            except httpjson.HTTPError as e:   # the request's fault: rank 0 failed the same way
+            except (httpjson.HTTPError, ValueError, OSError) as e:   # the request's fault (a bad batch or directory): rank 0 failed alike
                 err = e
                 self.log(f"{name}: {e}")
             finally:

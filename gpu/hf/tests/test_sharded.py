@@ -2,7 +2,12 @@
 supervisor runs it (gpu/hf/sharded.py): an SFT and a PPO step give the one-rank
 trainer's losses and weights; rank 1 killed mid-step leaves the key untrained,
 and the restarted group trains it once, from the distributed checkpoint, to
-exactly the weights of the run that never crashed."""
+exactly the weights of the run that never crashed.
+
+device_check.sh runs it with T1FLOW_HF_TEST_DEVICE=cuda T1FLOW_HF_TEST_RANKS=1
+(FSDP2 in bf16 with fp32 reduction): the one-rank comparison is then skipped
+(bf16 against float32) and the resumed weights are compared within bf16's
+tolerance (CUDA's index_add is not bitwise deterministic)."""
 import os
 import shutil
 import signal
@@ -15,16 +20,18 @@ from safetensors.torch import load_file
 
 import sharded
 from helpers import batch, make_trainer, op, rollouts
-from test_cli import HF, call, free_port, wait_healthy
+from test_cli import DEVICE, HF, call, free_port, wait_healthy
 
-RANKS = 2
-HYPER = {"preset": "small", "hyper": {"update_epochs": 2, "minibatches": 2}}   # 3 trajectories: minibatches of 2 and 1
+RANKS = int(os.environ.get("T1FLOW_HF_TEST_RANKS", "2"))
+# 3 trajectories: minibatches of 2 and 1 (rank 1's slice of the second is a
+# dropped repeat); sft's 2 epochs save the first (ShardedProgress).
+HYPER = {"preset": "small", "hyper": {"update_epochs": 2, "minibatches": 2, "epochs": 2}}
 
 
 def torchrun(model, work, log, *extra):
     port = free_port()
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={RANKS}",
-           os.path.join(HF, "trainer.py"), "--port", str(port), "--workdir", str(work), "--device", "cpu",
+           os.path.join(HF, "trainer.py"), "--port", str(port), "--workdir", str(work), "--device", DEVICE,
            "--init", model, "--threads", "1"] + list(extra)
     p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
                          env=dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1"))
@@ -86,6 +93,7 @@ def uncrashed(tiny, sampled, tmp_path_factory):
     return {"tmp": tmp, "sft": sft, "ppo": ppo, "saved": str(tmp / "saved"), "work": work}
 
 
+@pytest.mark.skipif(DEVICE != "cpu", reason="the one-rank trainer runs on CPU in float32")
 def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
     tr = make_trainer(tmp_path / "w", tiny("qwen3_moe"))
     one = {}
@@ -111,7 +119,7 @@ def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
 def test_rank_killed_mid_step_trains_the_key_once_and_resumes_to_the_same_bits(tiny, sampled, uncrashed):
     tmp = uncrashed["tmp"]
     work = tmp / "after-sft"   # committed: sft c/sft/0 (version 1)
-    p, url = torchrun(tiny("qwen3_moe"), work, str(tmp / "crash.log"), "--crash-at", "trained", "--crash-rank", "1")
+    p, url = torchrun(tiny("qwen3_moe"), work, str(tmp / "crash.log"), "--crash-at", "trained", "--crash-rank", str(RANKS - 1))
     try:
         try:
             status, _ = call(url, "/ppo_step", dict(key="c/ppo/0", batch_dir=sampled, **HYPER))
@@ -132,9 +140,16 @@ def test_rank_killed_mid_step_trains_the_key_once_and_resumes_to_the_same_bits(t
     finally:
         stop(p)
     assert commits(work) == ["commit sft c/sft/0", "commit ppo_step c/ppo/0"]
+    got, want = weights(str(tmp / "resumed")), weights(uncrashed["saved"])
+    if DEVICE != "cpu":
+        for k in ("policy_loss", "value_loss"):
+            assert r[k] == pytest.approx(uncrashed["ppo"][k], rel=5e-2, abs=1e-3), k
+        for kind in ("model", "critic"):
+            for k in want[kind]:
+                torch.testing.assert_close(got[kind][k], want[kind][k], rtol=1e-2, atol=1e-3, msg=f"{kind} {k}")
+        return
     assert {k: r[k] for k in ("policy_loss", "value_loss", "approx_kl")} == \
         {k: uncrashed["ppo"][k] for k in ("policy_loss", "value_loss", "approx_kl")}
-    got, want = weights(str(tmp / "resumed")), weights(uncrashed["saved"])
     for kind in ("model", "critic"):
         assert set(got[kind]) == set(want[kind])
         for k in want[kind]:
