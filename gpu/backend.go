@@ -117,8 +117,9 @@ func (b Backend) Sharded(ranks int, launch []string, slot Slot) (Backend, error)
 // TrainerCommand runs the backend's trainer with its state in workdir; the
 // hf trainer starts from init (its committed state, once there is one,
 // overrides init on a restart, as the reference's does). With Ranks, the
-// hf venv's torchrun starts the ranks (the supervisor's process group holds
-// them all: a restart restarts the whole group).
+// hf venv's torchrun starts the ranks; they die with it (each rank sets its
+// parent-death signal: torchrun gives them sessions of their own), so the
+// supervisor's kill or restart takes the whole group.
 func (b Backend) TrainerCommand(workdir string, slot Slot, init string, extra ...string) []string {
 	args := []string{b.Python, filepath.Join(b.Dir, "trainer.py")}
 	if b.Ranks > 0 {

@@ -523,9 +523,24 @@ def reference_cancelled():
     return T.reference.Cancelled
 
 
+def die_with_torchrun():
+    """torchrun starts each rank in a session of its own, so the supervisor's
+    SIGKILL of torchrun's process group does not reach the ranks: each asks
+    the kernel to kill it when its parent (torchrun's agent) dies (Linux)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)   # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:   # the agent died before the call
+        os._exit(1)
+
+
 def main(args, serve):
     """trainer.py under torchrun: every rank builds the trainer; rank 0
     serves HTTP (serve(tr)), the others run what it hands them."""
+    die_with_torchrun()
     g = Group(args.device)
     try:
         tr = ShardedTrainer(args, g)

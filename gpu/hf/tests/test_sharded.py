@@ -13,6 +13,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -44,10 +45,41 @@ def torchrun(model, work, log, *extra):
     return p, url
 
 
+def ranks_of(pid):
+    """The child processes of pid (torchrun's ranks)."""
+    kids = []
+    for q in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{q}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                    kids.append(int(q))
+        except (OSError, ValueError, IndexError):
+            pass
+    return kids
+
+
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
 def stop(p):
+    """SIGKILL torchrun's process group, as the supervisor does; its ranks
+    (each in a session of its own) must die with it (sharded.die_with_torchrun)."""
+    ranks = ranks_of(p.pid)
     if p.poll() is None:
-        os.killpg(p.pid, signal.SIGKILL)   # the whole group, as the supervisor does
+        os.killpg(p.pid, signal.SIGKILL)
     p.wait()
+    deadline = time.time() + 20
+    while any(alive(r) for r in ranks) and time.time() < deadline:
+        time.sleep(0.2)
+    left = [r for r in ranks if alive(r)]
+    for r in left:
+        os.kill(r, signal.SIGKILL)
+    assert not left, f"ranks {left} outlived torchrun's SIGKILL"
 
 
 def weights(d):
