@@ -23,6 +23,11 @@ type Backend struct {
 	Name   string
 	Python string
 	Dir    string
+	// Ranks > 0 runs the hf trainer as that many ranks on this host under
+	// torchrun (gpu/hf/sharded.py: FSDP2, rank 0 serves); Launch is
+	// torchrun's rendezvous arguments, "--standalone" when empty (one host).
+	Ranks  int
+	Launch []string
 }
 
 // Reference is the reference backend.
@@ -88,11 +93,45 @@ func (b Backend) CheckModel(dir string) error {
 	return nil
 }
 
+// Sharded is the backend with its trainer run as ranks ranks under
+// torchrun (launch: torchrun's rendezvous arguments, e.g. for several hosts
+// "--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint host0:29400
+// --rdzv-id t1flow"). Only the hf trainer shards; on GPUs each rank takes
+// one of the slot's devices.
+func (b Backend) Sharded(ranks int, launch []string, slot Slot) (Backend, error) {
+	if ranks < 0 {
+		return b, fmt.Errorf("-trainer-ranks %d must be >= 0 (0: one trainer process without torchrun)", ranks)
+	}
+	if ranks == 0 {
+		return b, nil
+	}
+	if b.Name != BackendHF {
+		return b, fmt.Errorf("-trainer-ranks %d: only the hf trainer (-gpu-backend hf) runs sharded under torchrun", ranks)
+	}
+	if n := len(slot.Devices); n > 0 && n != ranks {
+		return b, fmt.Errorf("-trainer-ranks %d: the trainer's slot has %d GPUs (%s); give it one per rank with -gpus-per-process %d", ranks, n, slot, ranks)
+	}
+	b.Ranks, b.Launch = ranks, launch
+	return b, nil
+}
+
 // TrainerCommand runs the backend's trainer with its state in workdir; the
 // hf trainer starts from init (its committed state, once there is one,
-// overrides init on a restart, as the reference's does).
+// overrides init on a restart, as the reference's does). With Ranks, the
+// hf venv's torchrun starts the ranks; they die with it (each rank sets its
+// parent-death signal: torchrun gives them sessions of their own), so the
+// supervisor's kill or restart takes the whole group.
 func (b Backend) TrainerCommand(workdir string, slot Slot, init string, extra ...string) []string {
-	args := []string{b.Python, filepath.Join(b.Dir, "trainer.py"), "--port", "{port}", "--workdir", workdir, "--device", slot.Device()}
+	args := []string{b.Python, filepath.Join(b.Dir, "trainer.py")}
+	if b.Ranks > 0 {
+		launch := b.Launch
+		if len(launch) == 0 {
+			launch = []string{"--standalone"}
+		}
+		args = append(append([]string{b.Python, "-m", "torch.distributed.run"}, launch...),
+			"--nproc-per-node", fmt.Sprint(b.Ranks), filepath.Join(b.Dir, "trainer.py"))
+	}
+	args = append(args, "--port", "{port}", "--workdir", workdir, "--device", slot.Device())
 	if init != "" && init != "random" {
 		args = append(args, "--init", init)
 	}

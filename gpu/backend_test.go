@@ -94,3 +94,40 @@ func TestClaimHome(t *testing.T) {
 		t.Fatalf("hf on an old reference home: %v", err)
 	}
 }
+
+// -trainer-ranks: the hf trainer under the venv's torchrun, one rank per GPU of its slot.
+func TestShardedTrainerCommand(t *testing.T) {
+	b := Backend{Name: BackendHF, Python: "/h/hfenv/bin/python", Dir: "/src/gpu/hf"}
+	two := Slot{Devices: []int{2, 3}}
+	s, err := b.Sharded(2, nil, two)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"/h/hfenv/bin/python", "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+		"/src/gpu/hf/trainer.py", "--port", "{port}", "--workdir", "/w", "--device", "cuda", "--init", "/m"}
+	if got := s.TrainerCommand("/w", two, "/m"); !reflect.DeepEqual(got, want) {
+		t.Errorf("sharded trainer %v", got)
+	}
+	launch := []string{"--nnodes", "2", "--node-rank", "0", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h0:29400"}
+	s, _ = b.Sharded(4, launch, Slot{})
+	if got := strings.Join(s.TrainerCommand("/w", Slot{}, ""), " "); !strings.Contains(got, "torch.distributed.run "+strings.Join(launch, " ")+" --nproc-per-node 4 /src/gpu/hf/trainer.py") || strings.Contains(got, "--standalone") {
+		t.Errorf("several hosts: %s", got)
+	}
+	if one, _ := b.Sharded(0, nil, two); one.Ranks != 0 || one.TrainerCommand("/w", two, "")[1] != "/src/gpu/hf/trainer.py" {
+		t.Errorf("0 ranks is one process without torchrun")
+	}
+	for _, c := range []struct {
+		b     Backend
+		ranks int
+		slot  Slot
+		want  string
+	}{
+		{b, 4, two, "-gpus-per-process 4"},
+		{b, -1, two, "must be >= 0"},
+		{Reference(), 2, Slot{}, "only the hf trainer"},
+	} {
+		if _, err := c.b.Sharded(c.ranks, nil, c.slot); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Sharded(%d) on %s: %v, want an error with %q", c.ranks, c.b.Name, err, c.want)
+		}
+	}
+}

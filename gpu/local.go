@@ -29,6 +29,10 @@ type LocalOptions struct {
 	ServerArgs      []string
 	// TrainerArgs: extra arguments for the trainer.
 	TrainerArgs []string
+	// TrainerRanks > 0: the hf trainer as that many ranks under torchrun
+	// (Backend.Sharded); TrainerLaunch: torchrun's rendezvous arguments.
+	TrainerRanks  int
+	TrainerLaunch []string
 	// InferenceHangWindow: the inference server is restarted once it has
 	// not answered its watchdog for this long (0: no watchdog).
 	InferenceHangWindow time.Duration
@@ -58,6 +62,9 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		return nil, err
 	}
 	if err := b.CheckModel(o.Init); err != nil {
+		return nil, err
+	}
+	if b, err = b.Sharded(o.TrainerRanks, o.TrainerLaunch, trainerSlot); err != nil {
 		return nil, err
 	}
 	if err := claimHome(work, b.Name); err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +37,12 @@ type gpuFlags struct {
 	// crash windows with --slow-ms); stallWindow: how long a trainer
 	// operation's progress may stand still before the trainer is restarted.
 	trainerArgs string
-	stallWindow time.Duration
-	hangWindow  time.Duration // the inference server's watchdog
+	// trainerRanks > 0: the hf trainer as that many ranks under torchrun;
+	// trainerLaunch: torchrun's rendezvous arguments (several hosts).
+	trainerRanks  int
+	trainerLaunch string
+	stallWindow   time.Duration
+	hangWindow    time.Duration // the inference server's watchdog
 	// engine is the policy inference engine's kind (-inference-engine), for
 	// the gpu role's server and the rollouts' clients; modelFiles is the URL
 	// of the policy's model-files sidecar (config.json, chat template and
@@ -58,6 +63,10 @@ func (g *gpuFlags) register() {
 	flag.StringVar(&g.trainer, "trainer", "", "name of this worker's trainer (its own queue is t1flow-gpu-<name>; default: the -host name); unique per trainer")
 	flag.StringVar(&g.serverArgs, "inference-args", "", "extra arguments for the reference inference server (e.g. '--sample-dtype bfloat16')")
 	flag.StringVar(&g.trainerArgs, "trainer-args", "", "extra arguments for the trainer (e.g. '--threads 4')")
+	flag.IntVar(&g.trainerRanks, "trainer-ranks", 0,
+		"run the hf trainer as N ranks under torchrun, sharded with FSDP2 (one GPU each: -gpus-per-process N; T1FLOW_TRAINER_RANKS); 0: one process")
+	flag.StringVar(&g.trainerLaunch, "trainer-torchrun-args", os.Getenv("T1FLOW_TRAINER_TORCHRUN_ARGS"),
+		"torchrun's rendezvous arguments for -trainer-ranks (default --standalone; several hosts: '--nnodes 2 --node-rank 0 --rdzv-backend c10d --rdzv-endpoint HOST:29400 --rdzv-id t1flow')")
 	flag.DurationVar(&g.stallWindow, "trainer-stall-window", gpu.DefaultStallWindow,
 		"a trainer operation whose progress does not move for this long is hung and the trainer is restarted; raise it when a commit or a minibatch takes longer")
 	flag.DurationVar(&g.hangWindow, "inference-hang-window", gpu.DefaultInferenceHangWindow,
@@ -79,9 +88,14 @@ func (g *gpuFlags) start(ctx context.Context, c client.Client, st store.Store, h
 	if err != nil {
 		return nil, nil, err
 	}
+	ranks, err := g.ranks()
+	if err != nil {
+		return nil, nil, err
+	}
 	home, _ := filepath.Abs(config.Home())
 	l, err := gpu.StartLocal(ctx, gpu.LocalOptions{Home: home, Slots: slots, Backend: g.backend, Init: init, Inference: g.inference, InferenceEngine: g.engine,
 		ServerArgs: strings.Fields(g.serverArgs), TrainerArgs: strings.Fields(g.trainerArgs),
+		TrainerRanks: ranks, TrainerLaunch: strings.Fields(g.trainerLaunch),
 		InferenceHangWindow: g.hangWindow, Store: st})
 	if err != nil {
 		return nil, nil, err
@@ -111,6 +125,19 @@ func (g *gpuFlags) initDir() (string, error) {
 		return "", fmt.Errorf("-init %s and -model %s name different models: give one", g.init, g.model)
 	}
 	return filepath.Abs(g.model)
+}
+
+// ranks is -trainer-ranks, else T1FLOW_TRAINER_RANKS.
+func (g *gpuFlags) ranks() (int, error) {
+	v := os.Getenv("T1FLOW_TRAINER_RANKS")
+	if g.trainerRanks != 0 || v == "" {
+		return g.trainerRanks, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("T1FLOW_TRAINER_RANKS = %q: not a number of trainer ranks (e.g. 8; 0 for one process)", v)
+	}
+	return n, nil
 }
 
 func envOr(key, def string) string {

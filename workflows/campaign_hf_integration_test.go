@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -43,7 +44,10 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 	r := newRig(t, true)
 	home := t.TempDir()
 	start := time.Now()
-	l := testenv.GPUWorkerWith(t, r.c, r.st, gpu.LocalOptions{Home: home, Backend: gpu.BackendHF, Init: model, ServerArgs: []string{"--threads", "1"}})
+	// T1FLOW_HF_TEST_RANKS=2: the trainer as 2 ranks under torchrun (gpu/hf/sharded.py).
+	ranks, _ := strconv.Atoi(os.Getenv("T1FLOW_HF_TEST_RANKS"))
+	l := testenv.GPUWorkerWith(t, r.c, r.st, gpu.LocalOptions{Home: home, Backend: gpu.BackendHF, Init: model, ServerArgs: []string{"--threads", "1"},
+		TrainerRanks: ranks})
 	t.Logf("hf processes healthy in %v", time.Since(start).Round(time.Millisecond))
 	info, err := l.Acts.Inference.ModelInfo(context.Background())
 	if err != nil || info.Chat == nil || info.Chat.EndOfTurnID == nil || info.Chat.TurnSeparator != "\n" || info.NumLayers != mc.Layers || info.TopK != mc.TopK || info.NumExperts != mc.Experts {

@@ -5,6 +5,7 @@ Prints a markdown section; with -out FILE it also replaces (or appends) the
 "## Hugging Face backend" section of FILE (docs/bench.md).
 
     python gpu/hf/bench.py [-out docs/bench.md] [--device cuda --dtype bfloat16] [--json FILE]
+    python gpu/hf/bench.py --sharded 1,2 [-out docs/bench.md]   # the sharded trainer only (its subsection)
 """
 import argparse
 import json
@@ -28,6 +29,7 @@ import tiny  # noqa: E402
 from helpers import SYSTEM, make_engine, make_trainer  # noqa: E402
 
 SECTION = "## Hugging Face backend"
+SHARDED = "### Sharded trainer (torchrun)"
 
 
 def timed(fn):
@@ -85,6 +87,96 @@ def gaps(model, dev, tmp, label, n=4, max_new=48, **flags):
     return {"free_mean": float(g["gap_free"].mean()), "replay_mean": float(g["gap_replay"].mean()),
             "free_max": float(g["gap_free"].max()), "replay_max": float(g["gap_replay"].max()),
             "flips": float(g["flips"].float().mean())}
+
+
+def peak_rss_mb(parent):
+    """Peak resident memory (VmHWM, MB) of each child process of parent (the ranks of a torchrun)."""
+    out = []
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                if int(f.read().rsplit(")", 1)[1].split()[1]) != parent:
+                    continue
+            with open(f"/proc/{pid}/status") as f:
+                out += [int(l.split()[1]) / 1024 for l in f if l.startswith("VmHWM:")]
+        except (OSError, ValueError, IndexError):
+            pass
+    return out
+
+
+def sharded_speed(model, batch_dir, ranks, tmp, threads):
+    """sft (2 epochs) and ppo_step of the same batch, one minibatch of all 8
+    trajectories (the same global batch at any world size), through the
+    sharded trainer under torchrun; tokens/s from the trainer's own timing
+    (the training, not the commit) and each rank's peak memory."""
+    import signal
+    import subprocess
+
+    from test_cli import call, free_port, wait_healthy
+
+    port, log = free_port(), os.path.join(tmp, f"sharded-{ranks}.log")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={ranks}",
+           os.path.join(HERE, "trainer.py"), "--port", str(port), "--workdir", os.path.join(tmp, f"sw{ranks}"),
+           "--device", "cpu", "--init", model, "--threads", str(threads or 1)]
+    p = subprocess.Popen(cmd, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True,
+                         env=dict(os.environ, OMP_NUM_THREADS=str(threads or 1)))
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url, p, log, timeout=600)
+        hyper = {"epochs": 2, "minibatches": 1, "update_epochs": 2}
+        _, sft = call(url, "/sft", {"key": "bench/sft", "batch_dir": batch_dir, "hyper": hyper})
+        _, ppo = call(url, "/ppo_step", {"key": "bench/ppo", "batch_dir": batch_dir, "hyper": hyper})
+        sharding = call(url, "/health")[1]["sharding"]
+        rss = peak_rss_mb(p.pid)
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)
+        p.wait()
+    return {"ranks": ranks, "sharding": sharding, "sft_tps": 2 * sft["tokens"] / sft["seconds"],
+            "ppo_tps": ppo["tokens"] / ppo["seconds"], "rss_mb": rss}
+
+
+def run_sharded(args):
+    res = {"torch": torch.__version__, "load": os.getloadavg()[0], "runs": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        model = tiny.build(args.arch, os.path.join(tmp, "model"), seed=0)
+        eng = make_engine(model, "--device", "cpu")
+        trajs = [testkit.episode(eng, testkit.prompt_ids(eng, SYSTEM, f"task {i}"), max_new=96, seed=i) for i in range(8)]
+        d = testkit.write_batch(os.path.join(tmp, "b"), trajs, [i / 8 for i in range(8)])
+        res["batch_tokens"] = sum(len(t["tokens"]) for t in trajs)
+        for n in args.sharded:
+            res["runs"].append(sharded_speed(model, d, n, tmp, args.threads))
+    return res
+
+
+def sharded_markdown(res):
+    out = [SHARDED, "", f"`python gpu/hf/bench.py --sharded 1,2 -out docs/bench.md`: the same tiny model, CPU (gloo), "
+           f"float32, PyTorch {res['torch']}, 1 thread per rank, {os.cpu_count()} CPUs (load average {res['load']:.1f} before "
+           f"the run); one global batch of 8 trajectories ({res['batch_tokens']} tokens) per step at every world size, "
+           "split over the ranks. Tokens/s is the trainer's own timing of the operation (not the commit); memory is "
+           "each rank's peak RSS (torch, transformers, the model, its shards).\n",
+           "| ranks | sharding | sft tokens/s (2 epochs) | ppo_step tokens/s | peak RSS per rank (MB) |", "|---|---|---|---|---|"]
+    for r in res["runs"]:
+        out.append(f"| {r['ranks']} | {r['sharding']} | {r['sft_tps']:.0f} | {r['ppo_tps']:.0f} | "
+                   f"{', '.join(f'{m:.0f}' for m in sorted(r['rss_mb']))} |")
+    out.append("\nOn torch 2.5's CPU `sharding` is ddp (FSDP2 needs CUDA there): the memory per rank is the whole model; "
+               "with FSDP2 each rank holds 1/N of the states. The model is so small that the gathers and Python "
+               "overhead dominate: the figures show the cost of the group, not a real model's scaling.\n")
+    return "\n".join(out) + "\n"
+
+
+def splice_sub(path, sub):
+    """Replace the sharded subsection inside the HF section of path, or add it at the section's end."""
+    text = open(path).read()
+    start = text.find(SECTION + "\n")
+    if start < 0:
+        raise SystemExit(f"{path}: no '{SECTION}' section to add the sharded figures to (run bench.py -out first)")
+    end = text.find("\n## ", start + len(SECTION))
+    end = len(text) if end < 0 else end + 1
+    body = text[start:end]
+    at = body.find(SHARDED + "\n")
+    body = (body[:at] if at >= 0 else body.rstrip("\n") + "\n\n") + sub
+    with open(path, "w") as f:
+        f.write(text[:start] + body + text[end:])
 
 
 def run(args):
@@ -149,7 +241,9 @@ def splice(path, section):
         text = text.rstrip("\n") + "\n\n" + section
     else:
         end = text.find("\n## ", start + len(SECTION))
-        text = text[:start] + section + (text[end + 1:] if end >= 0 else "")
+        old = text[start:end if end >= 0 else len(text)]
+        kept = old[old.find(SHARDED + "\n"):] if SHARDED + "\n" in old else ""   # bench.py --sharded's figures
+        text = text[:start] + section + ("\n" + kept.rstrip("\n") + "\n" if kept else "") + (text[end + 1:] if end >= 0 else "")
     with open(path, "w") as f:
         f.write(text)
 
@@ -163,7 +257,19 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--quick", action="store_true", help="skip the multi-turn and bf16-sampler figures")
     ap.add_argument("--json", help="also write the figures as JSON here")
+    ap.add_argument("--sharded", type=lambda v: [int(x) for x in v.split(",")],
+                    help="only the sharded trainer's figures at these world sizes (e.g. 1,2), CPU")
     args = ap.parse_args()
+    if args.sharded:
+        res = run_sharded(args)
+        md = sharded_markdown(res)
+        print(md)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(res, f, indent=2)
+        if args.out:
+            splice_sub(args.out, md)
+        return
     res = run(args)
     md = markdown(res, args.arch)
     print(md)

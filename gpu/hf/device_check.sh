@@ -8,6 +8,8 @@
 #   gpu/hf/device_check.sh                 # CUDA
 #   DEVICE=cpu T1FLOW_HF_PYTHON=.t1flow/hfenv/bin/python gpu/hf/device_check.sh   # a dry run on CPU
 #
+# The sharded trainer runs at world size 1 (tests/test_sharded.py).
+#
 # Python: $T1FLOW_HF_PYTHON, else the pinned env (scripts/ensure-hf-env.sh),
 # else -- on a machine that cannot fetch packages -- its python3 (which must
 # have torch) with the pinned transformers, tokenizers and huggingface-hub
@@ -75,6 +77,11 @@ step() {   # step NAME SECONDS CMD...: run with a limit, log to $RES/NAME.log
 # server.py and trainer.py with the supervisor's command lines, on $DEVICE
 # (bf16 by default there), over HTTP: generate with routing, sft, save, load.
 step http 100 env T1FLOW_HF_TEST_DEVICE="$DEVICE" "$PY" -m pytest -q -p no:cacheprovider gpu/hf/tests/test_cli.py
+# The sharded trainer (sharded.py) at world size 1 under torchrun, as
+# -trainer-ranks 1 runs it: FSDP2 in bf16 with fp32 reduction on CUDA; sft,
+# ppo_step, the sharded export; killed mid-step, resumed from its DCP
+# checkpoint, the key trained once (tests/test_sharded.py).
+step sharded 150 env T1FLOW_HF_TEST_DEVICE="$DEVICE" T1FLOW_HF_TEST_RANKS=1 "$PY" -m pytest -q -p no:cacheprovider gpu/hf/tests/test_sharded.py
 # The figures: bf16 (the default on CUDA; CPU bf16 is too slow for a dry
 # run) and float32 (R3 exact to float noise).
 [ "$DEVICE" = cpu ] || step bench-bf16 120 "$PY" gpu/hf/bench.py --device "$DEVICE" --dtype bfloat16 --quick "${THREADS[@]}" --json "$RES/bench-bf16.json"

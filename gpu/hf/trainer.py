@@ -66,6 +66,10 @@ class Critic(nn.Module):
 
 class Trainer(reference.Trainer):
     def __init__(self, args):
+        self._options(args)
+        super().__init__(args)
+
+    def _options(self, args):
         self.dtype = getattr(args, "dtype", None) or hfmoe.default_dtype(args.device)
         self.amp = self.dtype == "bfloat16"
         self.grad_ckpt = bool(getattr(args, "gradient_checkpointing", False))
@@ -74,12 +78,14 @@ class Trainer(reference.Trainer):
         # random init: --model, else --init; a restart reads them from state/.
         self.arch_dir = getattr(args, "model", None) or (init if init and init != "random" else None)
         self.tok = None
-        super().__init__(args)
 
     # ---- models --------------------------------------------------------------
     def _prepare(self, model):
         if self.grad_ckpt and getattr(model, "supports_gradient_checkpointing", False):
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        return self._place(model)
+
+    def _place(self, model):
         return model.to(self.device)
 
     def _actor_from(self, path):
@@ -136,7 +142,7 @@ class Trainer(reference.Trainer):
             with torch.no_grad():
                 critic.value_head.weight.copy_(torch.randn(critic.value_head.weight.shape, generator=g) * 0.02)
                 critic.value_head.bias.zero_()
-        return critic.to(self.device)
+        return self._place(critic)
 
     def _facts(self):
         return hfmoe.model_facts(self.actor)
@@ -289,12 +295,15 @@ def parser():
     ap.add_argument("--dtype", choices=list(hfmoe.DTYPES), default=None,
                     help="compute dtype: bfloat16 autocast over float32 weights (default on CUDA), or float32 (default on CPU)")
     ap.add_argument("--gradient-checkpointing", action="store_true", help="recompute activations in backward (less memory)")
+    ap.add_argument("--cpu-offload", action="store_true",
+                    help="under torchrun: keep the sharded parameters, gradients and Adam states in CPU memory (FSDP2 offload)")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch (tests widen crash windows)")
     ap.add_argument("--hang-once", default="", help="tests: while this file exists, hang after the second minibatch of an operation (and remove it)")
     ap.add_argument("--port-file", help="write the bound port here once listening")
     ap.add_argument("--crash-at", choices=commit.CRASH_POINTS,
                     help="TESTS ONLY: kill this process (SIGKILL) at this step of a training operation's commit")
+    ap.add_argument("--crash-rank", type=int, default=0, help="TESTS ONLY: under torchrun, the rank --crash-at kills")
     return ap
 
 
@@ -302,10 +311,19 @@ def main():
     args = parser().parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    import sharded
+
+    if sharded.launched():   # N ranks under torchrun (sharded.py); rank 0 serves
+        return sharded.main(args, lambda tr: serve(tr, args))
     try:
         tr = Trainer(args)
     except (ValueError, FileNotFoundError) as e:
         raise SystemExit(f"trainer.py: {e}")
+    serve(tr, args)
+
+
+def serve(tr, args):
+    """The protocol's routes over HTTP, until the process ends."""
     routes = {
         ("GET", "/health"): tr.health,
         ("GET", "/progress"): lambda _: tr.progress,

@@ -233,7 +233,7 @@ class Trainer:
         key = req["key"]
         total = h.epochs * len(self._minibatches(n, h.minibatches, h.max_minibatch))
         gen = torch.Generator().manual_seed(int(hashlib.sha256(key.encode()).hexdigest()[:15], 16))
-        prog = epochs.Progress(self.workdir, req, self.version)
+        prog = self._progress(req)
         done = prog.load(model, opt, gen)
         first, step, losses, tokens = 1, 0, [], 0
         if done:
@@ -252,6 +252,10 @@ class Trainer:
                 self.log(f"{op} {key} epoch {epoch}/{h.epochs} saved")
                 self.store.crash(f"{op}-epoch")
         return losses, tokens
+
+    def _progress(self, req):
+        """Where _epochs saves finished epochs (epochs.py)."""
+        return epochs.Progress(self.workdir, req, self.version)
 
     def sft(self, req):
         """Supervised fine-tuning; a crash loses at most the epoch in flight (_epochs)."""
