@@ -5,10 +5,10 @@ package harbor
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"context"
+	"crypto/sha256"
 	_ "embed"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -109,4 +109,3 @@ func Load(ctx context.Context) (*harness.Spec, error) {
 	loaded = &s
 	return loaded, nil
 }
-
