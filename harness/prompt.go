@@ -46,6 +46,12 @@ func FirstPromptPieces(t inference.ChatTemplate, obs string) Pieces {
 	}
 }
 
+// UserFirstPieces opens a context with one user message and no system
+// message: Terminus-2's first prompt (the template's whole text).
+func UserFirstPieces(t inference.ChatTemplate, prompt string) Pieces {
+	return Pieces{template(t.UserPrefix), plain(prompt), template(t.EndOfTurn + t.TurnSeparator + t.AssistantPrefix)}
+}
+
 // FirstPrompt is FirstPromptPieces as text.
 func FirstPrompt(t inference.ChatTemplate, obs string) string {
 	return FirstPromptPieces(t, obs).String()

@@ -15,6 +15,11 @@ a Harbor upgrade through the pin alone (docs/harness.md).
                        parser and feedback, its first prompt, its output
                        limit, its incremental-output rule (the differential
                        tests' reference)
+    spec.py drive      read {"container": id, "steps": [[{"keystrokes",
+                       "duration"}]]} and run Harbor's TmuxSession in that
+                       Docker container (docker exec): start it, send each
+                       step's keys as Terminus-2 does, print the incremental
+                       output before the first step and after each
 """
 
 import asyncio
@@ -26,7 +31,7 @@ import json
 import logging
 import sys
 import types
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 # litellm, imported with harbor, would fetch a price list from the internet.
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -163,11 +168,53 @@ def check(req):
     }
 
 
+class DockerExecEnvironment:
+    """The part of BaseEnvironment TmuxSession uses, over docker exec."""
+
+    session_id = "t1flow-drive"
+
+    def __init__(self, container):
+        self.container = container
+
+    async def exec(self, command, user=None, **_):
+        from harbor.environments.base import ExecResult
+
+        argv = ["docker", "exec", "-i"]
+        if user is not None:
+            argv += ["-u", str(user)]
+        argv += [self.container, "bash", "-c", command]
+        p = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        out, err = await p.communicate()
+        return ExecResult(stdout=out.decode(errors="replace"), stderr=err.decode(errors="replace"), return_code=p.returncode)
+
+
+async def drive(req):
+    s = TmuxSession(
+        session_name=t2.Terminus2.name(),
+        environment=DockerExecEnvironment(req["container"]),
+        logging_path=PurePosixPath("/tmp/.t1flow-harbor-drive.pane"),
+        local_asciinema_recording_path=None,
+        remote_asciinema_recording_path=None,
+        pane_width=option_default("tmux_pane_width"),
+        pane_height=option_default("tmux_pane_height"),
+        user=req.get("user"),
+    )
+    await s.start()
+    out = [await s.get_incremental_output()]
+    for step in req["steps"]:
+        for c in step:
+            await s.send_keys(c["keystrokes"], block=False, min_timeout_sec=c["duration"])
+        out.append(await s.get_incremental_output())
+    return out
+
+
 if __name__ == "__main__":
     mode = sys.argv[1] if len(sys.argv) > 1 else "spec"
     if mode == "spec":
         json.dump(spec(), sys.stdout)
+    elif mode == "drive":
+        json.dump(asyncio.run(drive(json.load(sys.stdin))), sys.stdout)
     elif mode == "check":
         json.dump(check(json.load(sys.stdin)), sys.stdout)
     else:
-        raise SystemExit(f"spec.py: unknown mode {mode!r} (spec, check)")
+        raise SystemExit(f"spec.py: unknown mode {mode!r} (spec, check, drive)")
