@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/t1flow/t1flow/inference"
 )
 
 // Harness names: what the model is told and how its replies are read.
@@ -153,4 +155,40 @@ func keys(m map[string]string) []string {
 		out = append(out, k)
 	}
 	return out
+}
+
+// T2Action is a reply in Terminus-2's format: analysis and plan always
+// present, in Harbor's field order.
+type T2Action struct {
+	Analysis     string `json:"analysis"`
+	Plan         string `json:"plan"`
+	Commands     []Keys `json:"commands"`
+	TaskComplete bool   `json:"task_complete"`
+}
+
+// SolutionTurns renders a reference solution as Terminus-2 turns, for SFT:
+// the first prompt a rollout sees (on a fresh shell's screen), a reply whose
+// analysis and plan say what the solution does and whose commands are its
+// steps, marking the task complete, the confirmation, and the confirming
+// reply. Even-indexed parts are context, odd-indexed parts are learned.
+func (s *Spec) SolutionTurns(t inference.ChatTemplate, instruction, solution, screen string) ([]Pieces, error) {
+	keys := solutionKeys(solution)
+	if len(keys) == 0 {
+		return nil, fmt.Errorf("no steps to imitate")
+	}
+	first, err := s.FirstPrompt(instruction, s.Limit(s.ScreenLabel+screen))
+	if err != nil {
+		return nil, err
+	}
+	act := func(a T2Action) Pieces { return Pieces{plain(marshalJSON(a)), template(t.EndOfTurn)} }
+	return []Pieces{
+		UserFirstPieces(t, first),
+		act(T2Action{
+			Analysis: "The terminal is at a fresh shell prompt and nothing has been done yet.",
+			Plan:     fmt.Sprintf("Run the %d command(s) that complete the task, then mark it complete.", len(keys)),
+			Commands: keys, TaskComplete: true,
+		}),
+		GluePieces(t, s.ConfirmBefore+s.Limit(s.NewOutputLabel+screen)+s.ConfirmAfter, StitchEOT),
+		act(T2Action{Analysis: "The commands have run.", Plan: "Confirm that the task is complete.", Commands: []Keys{}, TaskComplete: true}),
+	}, nil
 }

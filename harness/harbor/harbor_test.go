@@ -11,6 +11,7 @@ import (
 
 	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/harness/harbor"
+	"github.com/t1flow/t1flow/inference"
 )
 
 // needHarbor skips without Harbor's env, except in integration runs (make
@@ -164,4 +165,40 @@ func deref(s *string) any {
 		return nil
 	}
 	return *s
+}
+
+// TestSolutionTurnsAreCleanTerminus2Replies: SFT teaches replies that
+// Harbor's rules read without an error or a warning, with analysis and plan,
+// every step as a command, and the completion confirmed.
+func TestSolutionTurnsAreCleanTerminus2Replies(t *testing.T) {
+	needHarbor(t)
+	spec, err := harbor.Load(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	eot := 2
+	chat := inference.ChatTemplate{UserPrefix: "<u>", AssistantPrefix: "<a>", EndOfTurn: "<e>", EndOfTurnID: &eot, TurnSeparator: "\n"}
+	parts, err := spec.SolutionTurns(chat, "Write hello.", "#!/bin/bash\necho hello > /app/hello.txt\ncat /app/hello.txt\n", "root@sandbox:/app# \n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(parts) != 4 || !strings.HasPrefix(parts[0].String(), "<u>You are an AI assistant") || strings.Contains(parts[0].String(), "system") {
+		t.Fatalf("first prompt is not Terminus-2's single user message: %q", parts[0].String()[:min(80, len(parts[0].String()))])
+	}
+	pending := false
+	for i, want := range []int{2, 0} {
+		reply := strings.TrimSuffix(parts[2*i+1].String(), "<e>")
+		p := spec.Parse(reply)
+		if p.Error != "" || p.Warning != "" || !p.TaskComplete || len(p.Commands) != want || p.Analysis == "" || p.Plan == "" {
+			t.Errorf("turn %d %q parses as %+v", i, reply, p)
+		}
+		obs, confirm, done := spec.Next(p, pending, "x")
+		if i == 0 && (!confirm || !strings.Contains(parts[2].String(), spec.ConfirmAfter) || !strings.HasPrefix(obs, spec.ConfirmBefore)) {
+			t.Errorf("the first completion is not asked to confirm: %q", obs)
+		}
+		if i == 1 && !done {
+			t.Errorf("the second completion does not end the episode")
+		}
+		pending = confirm
+	}
 }
