@@ -61,7 +61,8 @@ if base=$(host_python); then
   UV_CACHE_DIR=${UV_CACHE_DIR:-$HOME_DIR/cache/uv} \
     "$ENV/bin/uv" pip sync -q --require-hashes --python "$ENV/bin/python" "$REQ"
 else
-  # TODO(docker fallback) see docs/harness.md.
+  # Not built yet: a venv inside an image from the Debian trixie base
+  # (Python 3.13) for hosts without one (docs/harness.md).
   say "no Python >= 3.12 on this host: set T1FLOW_HARBOR_BASE_PYTHON to one (python3.12/3.13; pyenv install 3.12)"
   exit 1
 fi
