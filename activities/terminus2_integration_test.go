@@ -21,10 +21,13 @@ import (
 // docker exec) and through t1flow's terminal, and requires the same
 // observations; C-c must interrupt a running sleep 1000.
 func TestTerminus2TerminalMatchesHarbor(t *testing.T) {
-	d := testenv.Docker(t)
 	if _, err := os.Stat(harbor.Python()); err != nil {
+		if os.Getenv("T1FLOW_INTEGRATION") == "" {
+			t.Skipf("no Harbor env at %s (make harborenv)", harbor.Python())
+		}
 		t.Fatalf("%s: run scripts/ensure-harbor-env.sh (make harborenv)", harbor.Python())
 	}
+	d := testenv.Docker(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
 	tk, err := task.Load("../examples/tasks/log-level-counter")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/harness"
+	"github.com/t1flow/t1flow/harness/harbor"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -21,6 +23,12 @@ type chatMsg struct{ Role, Content string }
 // harness gets Harbor's single user prompt, starts `sleep 1000`, interrupts
 // it with C-c, sees its echo run, and ends on a confirmed task_complete.
 func TestChatAgentRunsATerminus2Episode(t *testing.T) {
+	if _, err := os.Stat(harbor.Python()); err != nil {
+		if os.Getenv("T1FLOW_INTEGRATION") == "" {
+			t.Skipf("no Harbor env at %s (make harborenv)", harbor.Python())
+		}
+		t.Fatalf("%s: run scripts/ensure-harbor-env.sh (make harborenv)", harbor.Python())
+	}
 	r := newRig(t, true)
 	refs := r.load(t, "../examples/tasks/log-level-counter")
 	replies := []string{
