@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv smollm2 s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-hf bench-scale lint
+.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-hf bench-scale lint
 
 all: build
 
@@ -31,6 +31,11 @@ python:
 # The Hugging Face backend's pinned venv (torch, transformers) in $(T1FLOW_HOME)/hfenv.
 hfenv:
 	@scripts/ensure-hf-env.sh
+
+# Harbor (pinned with hashes) in $(T1FLOW_HOME)/harborenv: Terminus-2's prompt
+# and rules are read from it, and the differential tests run its code.
+harborenv:
+	@scripts/ensure-harbor-env.sh
 
 docker:
 	@scripts/ensure-sandbox-host.sh
@@ -64,7 +69,7 @@ smollm2: hfenv
 
 # Unit tests, then integration tests against the real dev server, Docker and
 # the reference trainer and inference processes.
-test: deps hfenv smollm2
+test: deps hfenv harborenv smollm2
 	go vet ./...
 	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
 	cd gpu/hf && T1FLOW_SMOLLM2=$(abspath $(SMOLLM2)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) -m pytest -q -p no:cacheprovider tests

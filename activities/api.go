@@ -68,7 +68,16 @@ type AgentSpec struct {
 	MaxRerouted float64 `json:"max_rerouted,omitempty"`
 	// Solution replaces solution/solve.sh for the oracle (the audit's mutants).
 	Solution string `json:"solution,omitempty"`
+	// Harness is what a policy or chat model is told and how its replies are
+	// read: harness.Terminus2 (Harbor's terminus-2, docs/harness.md) or
+	// harness.Short (t1flow's 4-line prompt, for tiny policies). Empty is
+	// Short: specs recorded before the field existed meant it; the campaign
+	// config and `starter eval` default to terminus-2.
+	Harness string `json:"harness,omitempty"`
 }
+
+// Terminus2 is whether the agent runs on Terminus-2's harness.
+func (a AgentSpec) Terminus2() bool { return a.Harness == harness.Terminus2 }
 
 // Validate names the field at fault.
 func (a AgentSpec) Validate() error {
@@ -80,6 +89,12 @@ func (a AgentSpec) Validate() error {
 			return fmt.Errorf("agent scripted: commands is empty (give at least one command)")
 		}
 		return nil
+	case AgentPolicy, AgentChat:
+		if a.Harness != "" && a.Harness != harness.Terminus2 && a.Harness != harness.Short {
+			return fmt.Errorf("agent %s: harness %q is unknown (use %s or %s)", a.Kind, a.Harness, harness.Terminus2, harness.Short)
+		}
+	}
+	switch a.Kind {
 	case AgentPolicy:
 		if len(a.Inference) == 0 {
 			return fmt.Errorf("agent policy: inference is empty (give the SGLang-compatible server URLs)")

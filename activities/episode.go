@@ -364,6 +364,10 @@ func (a *Activities) openEpisode(ctx context.Context, in TurnInput) (string, int
 	if err != nil {
 		return "", 0, err
 	}
+	if in.Agent.Terminus2() {
+		obs, err := a.t2Open(ctx, in, t.Instruction)
+		return obs, 0, err
+	}
 	out, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, true, nil, 0, 0, nil)
 	if err != nil {
 		return "", 0, sandboxErr(err, "start the terminal in %s", in.Sandbox.Name)

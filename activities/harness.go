@@ -175,6 +175,9 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		}
 		seg.PaneOffset = off
 		first := harness.FirstPromptPieces(ep.chat, obs)
+		if in.Agent.Terminus2() {
+			first = harness.UserFirstPieces(ep.chat, obs)
+		}
 		if glue, err = tokenize(ctx, a.tokenizer(pool), session, first); err != nil {
 			return TurnResult{}, err
 		}
@@ -352,6 +355,9 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		}
 		seg.PaneOffset = off
 		seg.Messages = harness.FirstMessages(obs)
+		if in.Agent.Terminus2() {
+			seg.Messages = []inference.ChatMessage{{Role: "user", Content: obs}}
+		}
 		msgs = append(msgs, seg.Messages...)
 	}
 	reply, _, err := cc.Complete(ctx, msgs, maxNewTokens(in.Agent), in.Agent.Temperature)
@@ -384,6 +390,9 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 // observation ("" once the task is confirmed complete) and the time spent in
 // the terminal.
 func (a *Activities) act(ctx context.Context, in TurnInput, seg *segment, reply string, from int64, pending bool) (string, int64, error) {
+	if in.Agent.Terminus2() {
+		return a.t2Act(ctx, in, seg, reply, pending)
+	}
 	action, cmds, summary, perr := harness.ParseTurn(reply)
 	tTerm := time.Now()
 	var starting func() error

@@ -20,6 +20,8 @@ type RenderSFTInput struct {
 	Task      task.Ref `json:"task"`
 	Inference []string `json:"inference"` // for the policy's tokenizer
 	Campaign  string   `json:"campaign"`
+	// Harness renders the turns (AgentSpec.Harness; empty: short).
+	Harness string `json:"harness,omitempty"`
 }
 
 // RenderSFTResult is the sample's claim check.
@@ -28,6 +30,9 @@ type RenderSFTResult struct {
 	Tokens     int       `json:"tokens"`
 	LossTokens int       `json:"loss_tokens"`
 }
+
+// sftScreen is the terminal an SFT sample shows: a fresh shell's prompt.
+const sftScreen = "root@sandbox:/app# \n"
 
 // RenderSFT renders the reference solution as the harness's turns: the same
 // first prompt a rollout sees, then an assistant turn whose commands are the
@@ -51,7 +56,16 @@ func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSF
 	if err := ep.model(ctx, pool, a.modelFiles(), session); err != nil {
 		return RenderSFTResult{}, err
 	}
-	parts, err := harness.SolutionTurns(ep.chat, t.Instruction, string(sol))
+	var parts []harness.Pieces
+	if in.Harness == harness.Terminus2 {
+		spec, serr := a.harborSpec(ctx)
+		if serr != nil {
+			return RenderSFTResult{}, serr
+		}
+		parts, err = spec.SolutionTurns(ep.chat, t.Instruction, string(sol), sftScreen)
+	} else {
+		parts, err = harness.SolutionTurns(ep.chat, t.Instruction, string(sol))
+	}
 	if err != nil {
 		return RenderSFTResult{}, errs.TaskInvalidf("%s: %v", task.SolutionFile, err)
 	}

@@ -46,6 +46,12 @@ func FirstPromptPieces(t inference.ChatTemplate, obs string) Pieces {
 	}
 }
 
+// UserFirstPieces opens a context with one user message and no system
+// message: Terminus-2's first prompt (the template's whole text).
+func UserFirstPieces(t inference.ChatTemplate, prompt string) Pieces {
+	return Pieces{template(t.UserPrefix), plain(prompt), template(t.EndOfTurn + t.TurnSeparator + t.AssistantPrefix)}
+}
+
 // FirstPrompt is FirstPromptPieces as text.
 func FirstPrompt(t inference.ChatTemplate, obs string) string {
 	return FirstPromptPieces(t, obs).String()
@@ -118,10 +124,7 @@ func outputObservation(terminal string) string {
 // analysis and plan (both optional): a fixed filler sentence taught nothing
 // and doubled the tokens a small policy has to get right at temperature 1.
 func SolutionTurns(t inference.ChatTemplate, instruction, solution string) ([]Pieces, error) {
-	var keys []Keys
-	for _, s := range audit.SplitSteps(solution) {
-		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
-	}
+	keys := solutionKeys(solution)
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("no steps to imitate")
 	}
@@ -136,10 +139,21 @@ func SolutionTurns(t inference.ChatTemplate, instruction, solution string) ([]Pi
 	}, nil
 }
 
+// solutionKeys are a reference solution's steps as keystrokes.
+func solutionKeys(solution string) []Keys {
+	var keys []Keys
+	for _, s := range audit.SplitSteps(solution) {
+		keys = append(keys, Keys{Keystrokes: strings.TrimRight(s, "\n") + "\n", Duration: 1})
+	}
+	return keys
+}
+
 // MarshalAction writes an action as the model is asked to: JSON without
 // HTML escaping, so "a && b > c" stays as typed instead of "\u0026\u0026",
 // which a policy imitating it would learn to type into the shell.
-func MarshalAction(a Action) string {
+func MarshalAction(a Action) string { return marshalJSON(a) }
+
+func marshalJSON(a any) string {
 	var b strings.Builder
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)

@@ -62,17 +62,17 @@ t.save({"dir": %q})`, filepath.Join(dir, "other-trainer"), other)
 
 	// Bad references are named and nothing starts.
 	for _, bad := range []string{"no-such-campaign:init", camp + ":step-0009", dir} {
-		code, _, _, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", bad, "--inference", l.Acts.Inference.BaseURL)
+		code, _, _, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--harness", "short", "--checkpoint", bad, "--inference", l.Acts.Inference.BaseURL)
 		if code != 2 || err == nil || !strings.Contains(err.Error(), bad) {
 			t.Errorf("--checkpoint %s: exit %d, %v", bad, code, err)
 		}
 	}
-	code, _, _, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", camp+":init", "--agent", "oracle")
+	code, _, _, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--harness", "short", "--checkpoint", camp+":init", "--agent", "oracle")
 	if code != 2 || err == nil || !strings.Contains(err.Error(), "policy") {
 		t.Errorf("--checkpoint with --agent oracle: exit %d, %v", code, err)
 	}
 
-	code, out, stderr, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", camp+":base,"+other,
+	code, out, stderr, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--harness", "short", "--checkpoint", camp+":base,"+other,
 		"--turn-cap", "2", "--max-new-tokens", "16", "--json")
 	if code != 0 || err != nil {
 		t.Fatalf("eval --checkpoint: %d %v\n%s", code, err, stderr)
@@ -107,7 +107,7 @@ t.save({"dir": %q})`, filepath.Join(dir, "other-trainer"), other)
 		t.Fatalf("stored comparison: %v %+v", err, rep)
 	}
 	// The table names both checkpoints with their versions.
-	code, out, _, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", camp+":base,"+other,
+	code, out, _, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--harness", "short", "--checkpoint", camp+":base,"+other,
 		"--turn-cap", "2", "--max-new-tokens", "16", "--wait")
 	if code != 0 || err != nil {
 		t.Fatalf("eval --checkpoint --wait: %d %v", code, err)
@@ -171,13 +171,13 @@ at_end = false
 	if code, out, _, _ := starter(t, "campaign", "status", "busy-"+camp); code != 0 || !strings.Contains(out, "latest checkpoint busy-"+camp+"/") {
 		t.Errorf("campaign status does not name the latest checkpoint:\n%s", out)
 	}
-	code, _, _, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", other, "--new")
+	code, _, _, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--harness", "short", "--checkpoint", other, "--new")
 	if code != 2 || err == nil || !strings.Contains(err.Error(), "campaign busy-"+camp+" is running") {
 		t.Errorf("eval --checkpoint into a running campaign's server: exit %d, %v", code, err)
 	}
 	// Its checkpoints, forced into its (paused) trainer's server, load on
 	// that trainer's own queue.
-	code, out, stderr, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--checkpoint", "busy-"+camp+":init",
+	code, out, stderr, err = starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--harness", "short", "--checkpoint", "busy-"+camp+":init",
 		"--force", "--turn-cap", "1", "--max-new-tokens", "8", "--json")
 	if code != 0 || err != nil || json.Unmarshal([]byte(out), &doc) != nil {
 		t.Fatalf("eval --checkpoint busy-%s:init --force: %d %v\n%s", camp, code, err, stderr)

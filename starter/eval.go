@@ -35,6 +35,7 @@ type evalFlags struct {
 	apiKeyEnv             string
 	maxNew, maxContext    int
 	temperature           float64
+	harness               string
 	attempts, concurrency int
 	turnCap, s            int
 	agentTimeout          time.Duration
@@ -59,6 +60,7 @@ func parseEval(args []string) (*evalFlags, error) {
 	fs.IntVar(&f.maxNew, "max-new-tokens", 512, "policy/chat: tokens per turn")
 	fs.Float64Var(&f.temperature, "temperature", 1.0, "policy/chat: sampling temperature")
 	fs.IntVar(&f.maxContext, "max-context", 0, "policy: context limit in tokens (0: the model's)")
+	fs.StringVar(&f.harness, "harness", "terminus-2", "policy/chat: terminus-2 (Harbor's Terminus-2, docs/harness.md) or short (t1flow's 4-line prompt, for tiny policies)")
 	fs.IntVar(&f.attempts, "attempts", 1, "attempts per task")
 	fs.IntVar(&f.concurrency, "concurrency", workflows.DefaultEvalConcurrency, "rollouts at once")
 	fs.IntVar(&f.turnCap, "turn-cap", workflows.EvalTurnCap, "turn cap per rollout")
@@ -101,10 +103,10 @@ func (f *evalFlags) agentSpec() activities.AgentSpec {
 				spec.Inference = append(spec.Inference, u)
 			}
 		}
-		spec.MaxNewTokens, spec.Temperature, spec.MaxContext = f.maxNew, f.temperature, f.maxContext
+		spec.MaxNewTokens, spec.Temperature, spec.MaxContext, spec.Harness = f.maxNew, f.temperature, f.maxContext, f.harness
 	case activities.AgentChat:
 		spec.Endpoint, spec.Model, spec.APIKeyEnv = f.endpoint, f.model, f.apiKeyEnv
-		spec.MaxNewTokens, spec.Temperature = f.maxNew, f.temperature
+		spec.MaxNewTokens, spec.Temperature, spec.Harness = f.maxNew, f.temperature, f.harness
 	}
 	return spec
 }

@@ -168,7 +168,7 @@ func TestPolicyEvalAndTrace(t *testing.T) {
 	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
 	t.Setenv("T1FLOW_STORE", dir)
 
-	code, out, stderr, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--agent", "policy",
+	code, out, stderr, err := starter(t, "eval", "--tasks", "../examples/tasks/sort-photos-by-date", "--agent", "policy", "--harness", "short",
 		"--inference", inf.URL(), "--turn-cap", "2", "--max-new-tokens", "16", "--json", "--new")
 	if code != 0 || err != nil {
 		t.Fatalf("eval: %d %v\n%s", code, err, stderr)

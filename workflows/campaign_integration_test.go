@@ -28,6 +28,7 @@ name = %q
 train = "train"
 eval = ["evalset"]
 [policy]
+harness = "short"
 max_new_tokens = 24
 preset = "small"
 [sft]

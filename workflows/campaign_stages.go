@@ -28,7 +28,7 @@ func (c *campaignRun) controlCtx(ctx workflow.Context, summary string) workflow.
 
 func (c *campaignRun) agent() activities.AgentSpec {
 	p := c.cfg.Policy
-	return activities.AgentSpec{Kind: activities.AgentPolicy, Inference: c.st.URLs, MaxNewTokens: p.MaxNewTokens, Temperature: p.Temperature, MaxContext: p.MaxContext}
+	return activities.AgentSpec{Kind: activities.AgentPolicy, Inference: c.st.URLs, MaxNewTokens: p.MaxNewTokens, Temperature: p.Temperature, MaxContext: p.MaxContext, Harness: p.Harness}
 }
 
 // batch is the tasks rolled out by the current policy for training.
@@ -151,7 +151,7 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 	futs := make([]workflow.Future, len(tasks))
 	for i, t := range tasks {
 		futs[i] = workflow.ExecuteActivity(c.controlCtx(ctx, "render SFT sample of "+t.Name), act.RenderSFT,
-			activities.RenderSFTInput{Task: t, Inference: c.st.URLs, Campaign: c.cfg.Name})
+			activities.RenderSFTInput{Task: t, Inference: c.st.URLs, Campaign: c.cfg.Name, Harness: c.cfg.Policy.Harness})
 	}
 	var batch []gpu.TrajectoryRef
 	for i, f := range futs {

@@ -34,6 +34,9 @@ type Config struct {
 		Temperature  float64  `toml:"temperature" json:"temperature"`
 		MaxContext   int      `toml:"max_context" json:"max_context"`
 		Preset       string   `toml:"preset" json:"preset"` // trainer hyperparameter preset
+		// Harness: terminus-2 (Harbor's, docs/harness.md) or short (t1flow's
+		// 4-line prompt, for tiny policies such as the reference model).
+		Harness string `toml:"harness" json:"harness"`
 	} `toml:"policy" json:"policy"`
 	SFT struct {
 		Enabled bool `toml:"enabled" json:"enabled"`
@@ -83,6 +86,7 @@ func defaults() Config {
 	c.Policy.MaxNewTokens = 64
 	c.Policy.Temperature = 1.0
 	c.Policy.Preset = "t1"
+	c.Policy.Harness = "terminus-2"
 	c.SFT.Epochs = 10
 	c.CriticWarmup.Epochs = 1
 	c.CriticWarmup.FitEpochs = 20
@@ -189,6 +193,7 @@ func (ch *checker) check(c *Config) {
 		// PPO's ratio and the critic need a sampling distribution: greedy (0) has none.
 		{"policy.temperature", !(c.Policy.Temperature > 0), fmt.Sprintf("= %v must be > 0 (PPO and critic rollouts sample; greedy decoding has no distribution to train on)", c.Policy.Temperature)},
 		{"policy.preset", c.Policy.Preset != "t1" && c.Policy.Preset != "small", fmt.Sprintf("= %q must be t1 or small", c.Policy.Preset)},
+		{"policy.harness", c.Policy.Harness != "terminus-2" && c.Policy.Harness != "short", fmt.Sprintf("= %q must be terminus-2 or short", c.Policy.Harness)},
 		positive("sft.epochs", c.SFT.Epochs),
 		{"sft.actor_lr", c.SFT.ActorLR < 0, fmt.Sprintf("= %v must be >= 0 (0: the preset's)", c.SFT.ActorLR)},
 		nonNegative("sft.minibatches", c.SFT.Minibatches),

@@ -115,7 +115,12 @@ func (w *WorkerProcess) Start(tb testing.TB) {
 	cmd := exec.Command(w.Args[0], w.Args[1:]...)
 	// The sealed verifier toolchain is shared with the test process's: a
 	// worker with a fresh home would otherwise build its own.
-	cmd.Env = append(append(os.Environ(), "T1FLOW_HOME="+w.Home, "T1FLOW_TOOLCHAIN_HOME="+StateDir()), w.Env...)
+	// So is Harbor's env (the terminus-2 harness reads its spec from it).
+	env := append(os.Environ(), "T1FLOW_HOME="+w.Home, "T1FLOW_TOOLCHAIN_HOME="+StateDir())
+	if os.Getenv("T1FLOW_HARBOR_PYTHON") == "" {
+		env = append(env, "T1FLOW_HARBOR_PYTHON="+filepath.Join(StateDir(), "harborenv", "bin", "python"))
+	}
+	cmd.Env = append(env, w.Env...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	// Its own process group: KillGroup9 takes it, and no signal meant for
 	// the test reaches it.
