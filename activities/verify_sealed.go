@@ -76,7 +76,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		return VerifyResult{}, sandboxErr(err, "stop the agent's processes in %s", in.Sandbox.Name)
 	}
 	end = steptime.Start(ctx, StepTamperCheck)
-	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins)
+	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins, a.Docker.Debs())
 	end()
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "tamper check of %s", in.Sandbox.Name)

@@ -67,16 +67,6 @@ func TestTamperDiffFlagsOnlyWhatReachesTheVerifier(t *testing.T) {
 	}
 }
 
-func TestNSSModules(t *testing.T) {
-	base := "passwd: files\nhosts: files dns\nprotocols: db files\nnetgroup: nis\n"
-	if m := sandbox.NSSModules([]byte(base)); len(m) != 0 {
-		t.Errorf("the base image's nsswitch.conf flagged: %v", m)
-	}
-	if m := sandbox.NSSModules([]byte("passwd: files evil [NOTFOUND=return] ldap # comment sss\n")); strings.Join(m, ",") != "evil,ldap" {
-		t.Errorf("got %v", m)
-	}
-}
-
 func TestToolchainVerifyCmdIsClean(t *testing.T) {
 	img := []string{"PATH=/opt/app/bin:/usr/bin:/bin", "LD_PRELOAD=/x.so", "PYTHONPATH=/app", "PYTHONSTARTUP=/x", "BASH_ENV=/x",
 		"HOME=/root", "LANG=C.UTF-8", "APP_MODE=test", "UV_INDEX_URL=http://evil", "PYTEST_ADDOPTS=-p evil"}
@@ -136,9 +126,10 @@ func TestToolchainHashFollowsBaseImage(t *testing.T) {
 // --- integration: the real toolchain, real sandboxes, the real cheats -------
 
 type rig struct {
-	t   *testing.T
-	cli *client.Client
-	tc  sandbox.Toolchain
+	t    *testing.T
+	cli  *client.Client
+	tc   sandbox.Toolchain
+	debs *sandbox.DebCache
 }
 
 func newRig(t *testing.T) *rig {
@@ -169,12 +160,12 @@ func newRig(t *testing.T) *rig {
 		t.Fatal("no t1flow-base image: run `make base-image`")
 	}
 	start := time.Now()
-	tc, err := sandbox.EnsureToolchain(ctx, cli, base, testenv.StateDir())
+	tc, err := sandbox.EnsureToolchain(ctx, cli, base, sandbox.ToolchainHome(testenv.StateDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("toolchain %s at %s: built=%v in %s, %d MB (EnsureToolchain took %s)", tc.Hash, tc.Dir, tc.Built, tc.BuildTime, tc.SizeBytes>>20, time.Since(start))
-	return &rig{t: t, cli: cli, tc: tc}
+	return &rig{t: t, cli: cli, tc: tc, debs: &sandbox.DebCache{Dir: filepath.Join(sandbox.ToolchainHome(testenv.StateDir()), "debs")}}
 }
 
 var fromRe = regexp.MustCompile(`(?m)^FROM \S+`)
@@ -234,12 +225,19 @@ func readFile(t *testing.T, p string) string {
 // dropped, no-new-privileges) plus the toolchain mount.
 func (r *rig) sandbox(img string) string {
 	r.t.Helper()
+	return r.sandboxOn(img, "none")
+}
+
+// sandboxOn is sandbox on a network ("none", or "bridge" for a task with
+// allow_internet).
+func (r *rig) sandboxOn(img, network string) string {
+	r.t.Helper()
 	ctx := context.Background()
 	resp, err := r.cli.ContainerCreate(ctx, &container.Config{
 		Image: img, Cmd: []string{"bash", "-c", "trap '' TERM INT HUP; while :; do sleep 86400 & wait $!; done"},
 		Labels: map[string]string{"t1flow.sealtest": "1"},
 	}, &container.HostConfig{
-		NetworkMode: "none",
+		NetworkMode: container.NetworkMode(network),
 		CapDrop:     []string{"ALL"},
 		CapAdd:      []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "AUDIT_WRITE", "MKNOD"},
 		SecurityOpt: []string{"no-new-privileges"},
@@ -331,7 +329,7 @@ func (r *rig) tamper(id string) []sandbox.TamperFinding {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	f, err := sandbox.TamperCheck(context.Background(), r.cli, ins)
+	f, err := sandbox.TamperCheck(context.Background(), r.cli, ins, r.debs)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -457,7 +455,7 @@ var cheatsFlagged = map[string][]string{
 	"ld-preload.sh":         {"/etc/ld.so.preload"},
 	"symlinks.sh":           {"/logs/verifier", "/tests"},
 	"workdir-shadow.sh":     {"/app/pytest", "/app/pytest.py"},
-	"nss-module.sh":         {"/etc/nsswitch.conf", "/usr/lib/x86_64-linux-gnu/libnss_db.so.2", "/usr/lib/x86_64-linux-gnu/libnss_evil.so.2"},
+	"nss-module.sh":         {"/usr/lib/x86_64-linux-gnu/libnss_db.so.2", "/usr/lib/x86_64-linux-gnu/libnss_evil.so.2"},
 	"sitecustomize.sh":      {"/app/sitecustomize.py", "/app/usercustomize.py"},
 }
 
