@@ -1,6 +1,7 @@
 package sandbox_test
 
 import (
+	"context"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -35,11 +36,18 @@ func TestOracleInstallsAreNotTampering(t *testing.T) {
 			if f := r.tamper(id); len(f) != 0 {
 				t.Fatalf("tamper check on an oracle that installs packages: %v", f)
 			}
+			// The package check is what keeps the oracle clean: without it
+			// (no DebCache) every added module is flagged, as in the first round.
+			ins, _ := r.cli.ContainerInspect(context.Background(), id)
+			if f, err := sandbox.TamperCheck(context.Background(), r.cli, ins, nil); err != nil || len(f) == 0 {
+				t.Errorf("without the package check the installed modules should be flagged (else this shows nothing): %v %v", f, err)
+			}
 			v := r.verify(id, dir)
 			vr, err := r.results(id)
 			if err != nil || vr.Total < 2 || vr.Passed != vr.Total || !v.marked {
 				t.Fatalf("the oracle did not pass sealed: %d/%d, %v, marked %v\n%s", vr.Passed, vr.Total, err, v.marked, v.output)
 			}
+			r.noRunnerFindings(id, v)
 			// Planted over a packaged module: flagged, with why.
 			plant := "cd /usr/lib/x86_64-linux-gnu && for f in libnss_systemd.so.2 libnss_compat.so; do [ -e $f ] && rm -f $f && cp libz.so.1 $f; done; echo planted"
 			if code, out := r.exec(id, []string{"bash", "-c", plant}, nil, "/"); code != 0 {

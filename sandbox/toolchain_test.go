@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
 )
@@ -310,6 +311,7 @@ type verdict struct {
 	marked        bool
 	output        string
 	took          time.Duration
+	channel       sandbox.RunnerChannel // what the runner reported
 }
 
 // kill stops every process left in the sandbox, as Verify does first.
@@ -353,10 +355,11 @@ func (r *rig) verify(id, taskDir string) verdict {
 	cmd, _ := sandbox.ToolchainVerifyCmd(ins.Config.Env, nil, 2*time.Minute, sandbox.ToolchainPytestIni(filepath.Join(taskDir, "tests")))
 	var ready, out bytes.Buffer
 	code := r.execTo(id, sandbox.ToolchainRunCmd("/logs/verifier", stage, ins.Config.WorkingDir, cmd), sandbox.ToolchainExecEnv, "/", &ready, &out)
-	if strings.TrimSpace(ready.String()) != sandbox.ToolchainReady {
+	first, channel, _ := strings.Cut(ready.String(), "\n")
+	if first != sandbox.ToolchainReady {
 		r.t.Fatalf("the verifier never got ready: exit %d, stdout %q, stderr:\n%s", code, ready.String(), out.String())
 	}
-	v := verdict{output: out.String(), took: time.Since(start)}
+	v := verdict{output: out.String(), took: time.Since(start), channel: sandbox.ParseRunnerChannel([]byte(channel), int64(len(channel)))}
 	_, ctrf := r.exec(id, []string{sandbox.ToolchainMount + "/bin/cat", "/logs/verifier/ctrf.json"}, sandbox.ToolchainExecEnv, "/")
 	var doc struct {
 		Results struct {
@@ -444,6 +447,7 @@ func TestSealedVerifierExampleTasks(t *testing.T) {
 			if cases == "0" || fails != "0" || !v.marked {
 				t.Fatalf("the oracle did not pass sealed: %s cases, %s failed, marked %v\n%s", cases, fails, v.marked, v.output)
 			}
+			r.noRunnerFindings(id, v)
 		})
 	}
 }
@@ -492,6 +496,22 @@ func TestSealedVerifierDefeatsCheats(t *testing.T) {
 				t.Fatalf("the cheat reached the verdict: %d/%d passed, reward %q, marked %v\n%s", v.passed, v.total, v.reward, v.marked, v.output)
 			}
 		})
+	}
+}
+
+// noRunnerFindings fails the test when the runner's channel disagrees with
+// the results of a verification that should be clean (an oracle's).
+func (r *rig) noRunnerFindings(id string, v verdict) {
+	r.t.Helper()
+	vr, err := r.results(id)
+	if err != nil {
+		r.t.Fatalf("results: %v", err)
+	}
+	if v.channel.Sessions == 0 {
+		r.t.Fatalf("no pytest session on the runner's channel:\n%s", v.output)
+	}
+	if f := activities.RunnerDisagrees(vr, v.channel); len(f) != 0 {
+		r.t.Fatalf("the runner's channel flags an oracle (%d/%d in the results): %v", vr.Passed, vr.Total, f)
 	}
 }
 
