@@ -38,8 +38,9 @@ status)
   say "not running"; exit 1 ;;
 stop)
   if [ -f "$RUN/docker.pid" ]; then
-    kill "$(cat "$RUN/docker.pid")" 2>/dev/null || true
-    for _ in $(seq 1 40); do [ -e "/proc/$(cat "$RUN/docker.pid")" ] || break; sleep 0.5; done
+    pid=$(cat "$RUN/docker.pid") # dockerd removes the file as it exits
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do [ -e "/proc/$pid" ] || break; sleep 0.5; done
   fi
   mountpoint -q "$MNT" && umount "$MNT"
   exit 0 ;;
