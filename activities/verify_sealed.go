@@ -76,7 +76,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		return VerifyResult{}, sandboxErr(err, "stop the agent's processes in %s", in.Sandbox.Name)
 	}
 	end = steptime.Start(ctx, StepTamperCheck)
-	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins)
+	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins, a.Docker.Debs())
 	end()
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "tamper check of %s", in.Sandbox.Name)
@@ -92,7 +92,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, envList(t.Config.VerifierEnv),
 		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")))
 	vr.DroppedEnv = dropped
-	er, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, cmd, time.Duration(timeout*float64(time.Second)))
+	er, channel, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, cmd, time.Duration(timeout*float64(time.Second)))
 	if err != nil {
 		return VerifyResult{}, err
 	}
@@ -109,7 +109,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if err != nil {
 		return VerifyResult{}, err
 	}
-	res.Tampered, res.StorageLimit, res.DroppedEnv = nil, vr.StorageLimit, vr.DroppedEnv
+	res.Tampered, res.StorageLimit, res.DroppedEnv = RunnerDisagrees(res, channel), vr.StorageLimit, vr.DroppedEnv
 	end = steptime.Start(ctx, StepArtifacts)
 	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
 	end()
@@ -123,30 +123,37 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 // ToolchainRunCmd: in one exec, the verifier's places are emptied, the tests
 // moved to /tests and test.sh run sealed (cmd). A run that never said it was
 // ready did not start test.sh: what /logs/verifier holds then is not its.
-func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir string, cmd []string, timeout time.Duration) (sandbox.ExecResult, error) {
+// The rest of the exec's stdout is the runner's report channel.
+func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir string, cmd []string, timeout time.Duration) (sandbox.ExecResult, sandbox.RunnerChannel, error) {
 	id := in.Sandbox.ContainerID
 	end := steptime.Start(ctx, StepCopyTests)
 	stage := sandbox.ToolchainStage()
 	tests, err := task.TarBytes(t.Dir, "tests", strings.TrimPrefix(stage, "/")+"/")
 	if err != nil {
-		return sandbox.ExecResult{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
+		return sandbox.ExecResult{}, sandbox.RunnerChannel{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
 	}
 	err = a.Docker.CopyIn(ctx, id, "/", tests)
 	end()
 	if err != nil {
-		return sandbox.ExecResult{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
+		return sandbox.ExecResult{}, sandbox.RunnerChannel{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
 	}
 	defer steptime.Start(ctx, StepTestSh)()
-	ready := sandbox.NewCappedBuffer(256, 0)
-	er, err := a.sealedExec(ctx, id, sandbox.ToolchainRunCmd(VerifierDir, stage, workDir, cmd), "/", timeout, "verifying", ready)
+	stdout := sandbox.NewCappedBuffer(MaxChannelBytes, 0)
+	er, err := a.sealedExec(ctx, id, sandbox.ToolchainRunCmd(VerifierDir, stage, workDir, cmd), "/", timeout, "verifying", stdout)
 	if err != nil {
-		return er, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
+		return er, sandbox.RunnerChannel{}, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
 	}
-	if strings.TrimSpace(ready.String()) != sandbox.ToolchainReady {
-		return er, errs.Infraf("prepare the verifier in %s: exit %d: %s", in.Sandbox.Name, er.ExitCode, er.Output)
+	ready, channel, _ := strings.Cut(stdout.String(), "\n")
+	if ready != sandbox.ToolchainReady {
+		return er, sandbox.RunnerChannel{}, errs.Infraf("prepare the verifier in %s: exit %d: %s", in.Sandbox.Name, er.ExitCode, er.Output)
 	}
-	return er, nil
+	return er, sandbox.ParseRunnerChannel([]byte(channel), stdout.Total()-int64(len(ready))-1), nil
 }
+
+// MaxChannelBytes caps what the host keeps of the runner's report channel
+// (about 150 bytes a test per phase); a channel that overflowed corroborates
+// no pass.
+const MaxChannelBytes = 8 << 20
 
 // verifiable ends the sandbox's disk watch and, if the watch stopped the
 // sandbox for writing past storage_mb, starts it again: the verifier still

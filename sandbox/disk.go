@@ -13,8 +13,9 @@ import (
 )
 
 // A task's environment.storage_mb bounds what its sandbox may write. Docker
-// enforces it itself only with overlay2 on xfs mounted with pquota
-// (`--storage-opt size=`); elsewhere (overlay2 on ext4, as on this machine)
+// enforces it itself (`--storage-opt size=`) only with overlay2 on xfs
+// mounted with pquota, or the btrfs driver with quota groups
+// (scripts/ensure-xfs-docker.sh makes such a daemon); elsewhere (overlay2 on ext4, as on this machine)
 // DiskWatch polls the container's writable layer and kills the sandbox once
 // it is over, so the host loses at most the limit plus what the agent writes
 // between two polls. See docs/verification.md.
@@ -26,6 +27,12 @@ type DiskPlan struct {
 	StorageOpt map[string]string
 	// Watch is true when the limit must be enforced by DiskWatch instead.
 	Watch bool
+	// Referenced is true when the daemon's size counts the image's files as
+	// well as what the sandbox writes (btrfs quota groups limit a
+	// subvolume's referenced bytes, and a container's subvolume is a
+	// snapshot of its image): the size given is then the image's plus
+	// storage_mb, so the sandbox may still write storage_mb.
+	Referenced bool
 	// Why says what the daemon supports, for logs and the operator.
 	Why string
 }
@@ -56,8 +63,25 @@ func DiskLimit(ctx context.Context, cli *client.Client, img string, storageMB in
 	if plan.Watch {
 		return plan, nil
 	}
-	plan.StorageOpt = map[string]string{"size": fmt.Sprintf("%dM", storageMB)}
+	size := storageMB
+	if plan.Referenced {
+		mb, err := imageMB(ctx, cli, img)
+		if err != nil {
+			return DiskPlan{}, err
+		}
+		size += mb
+	}
+	plan.StorageOpt = map[string]string{"size": fmt.Sprintf("%dM", size)}
 	return plan, nil
+}
+
+// imageMB is the image's size in MB, rounded up.
+func imageMB(ctx context.Context, cli *client.Client, img string) (int64, error) {
+	ins, _, err := cli.ImageInspectWithRaw(ctx, img)
+	if err != nil {
+		return 0, fmt.Errorf("image %s: %w", img, err)
+	}
+	return (ins.Size + 1<<20 - 1) >> 20, nil
 }
 
 func diskProbe(ctx context.Context, cli *client.Client, img string) (DiskPlan, error) {
@@ -72,11 +96,19 @@ func diskProbe(ctx context.Context, cli *client.Client, img string) (DiskPlan, e
 		}
 	}
 	what := fmt.Sprintf("storage driver %s on %s", info.Driver, backing)
+	referenced, probe := info.Driver == "btrfs", int64(64)
+	if referenced {
+		mb, err := imageMB(ctx, cli, img)
+		if err != nil {
+			return DiskPlan{}, fmt.Errorf("probe disk limits: %w", err)
+		}
+		probe += mb
+	}
 	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"true"}},
-		&container.HostConfig{NetworkMode: "none", StorageOpt: map[string]string{"size": "64M"}}, nil, nil, "")
+		&container.HostConfig{NetworkMode: "none", StorageOpt: map[string]string{"size": fmt.Sprintf("%dM", probe)}}, nil, nil, "")
 	if err == nil {
 		cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
-		return DiskPlan{Why: what + ": the daemon enforces storage_mb (--storage-opt size)"}, nil
+		return DiskPlan{Referenced: referenced, Why: what + ": the daemon enforces storage_mb (--storage-opt size)"}, nil
 	}
 	if errdefs.IsNotFound(err) {
 		return DiskPlan{}, fmt.Errorf("probe disk limits: %w", err)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -32,6 +33,8 @@ type Docker struct {
 	Log    io.Writer
 
 	builds singleflight.Group
+	debs   *DebCache
+	debsMu sync.Mutex
 	// present remembers images seen on the daemon: tags are content hashes, so
 	// a tag once present means the same image (a sandbox create that finds it
 	// gone forgets it).
@@ -89,4 +92,15 @@ func (d *Docker) imageExists(ctx context.Context, ref string) (bool, error) {
 		return false, nil
 	}
 	return false, err
+}
+
+// Debs is the host's cache of Debian packages the tamper check compares a
+// sandbox's NSS modules with (under StateDir, shared by every sandbox).
+func (d *Docker) Debs() *DebCache {
+	d.debsMu.Lock()
+	defer d.debsMu.Unlock()
+	if d.debs == nil {
+		d.debs = &DebCache{Dir: filepath.Join(d.StateDir, "debs")}
+	}
+	return d.debs
 }

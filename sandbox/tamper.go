@@ -37,10 +37,12 @@ import (
 //   - symlinks at /tests, /logs or /logs/verifier;
 //   - anything under the toolchain's mount point (impossible while it is
 //     mounted read-only: a sign the mount is missing);
-//   - NSS modules (libnss_*.so*) added or changed, and /etc/nsswitch.conf
-//     naming a service that is not built into glibc: the toolchain's loader
-//     would load that module from the container's /lib when a test looks up
-//     a user, group or service (pwd.getpwnam, id, ls -l).
+//   - NSS modules (libnss_*.so*) added or changed that are not exactly what
+//     the real Debian package owning them ships (PackageOwned): the
+//     verifier never loads them (its loader searches only the toolchain),
+//     but container programs a test runs would. /etc/nsswitch.conf is not
+//     flagged: packages edit it (libnss-systemd adds systemd), and the
+//     modules it names are either a real package's or flagged themselves.
 
 // TamperFinding is one flagged change: the path and why it matters.
 type TamperFinding struct {
@@ -65,11 +67,6 @@ var tamperShadowModules = map[string]bool{
 	"pytest_json_ctrf": true, "sitecustomize": true, "usercustomize": true, "t1flow_mark": true,
 }
 
-// tamperNSSBuiltin are the nsswitch services glibc 2.36 serves without
-// loading a module, and those the base image names whose modules it lacks
-// (a planted module for those is caught as an added libnss_*.so).
-var tamperNSSBuiltin = map[string]bool{"files": true, "dns": true, "db": true, "nis": true}
-
 // TamperDiff classifies a container's changes against its image. workDir is
 // the directory test.sh starts in (the image's WORKDIR). It is pure, for
 // tests over synthetic diffs; TamperCheck adds the checks that need the
@@ -86,7 +83,7 @@ func TamperDiff(changes []container.FilesystemChange, workDir string) []TamperFi
 		case tamperRootConfig[p] && c.Kind != container.ChangeDelete:
 			out = append(out, TamperFinding{p, kind, "pytest configuration or conftest above /tests"})
 		case strings.HasPrefix(path.Base(p), "libnss_") && strings.Contains(path.Base(p), ".so") && c.Kind != container.ChangeDelete:
-			out = append(out, TamperFinding{p, kind, "an NSS module: the verifier's loader loads it from the container when a test looks up a user, group or service"})
+			out = append(out, TamperFinding{p, kind, tamperNSSReason})
 		case strings.HasPrefix(p, ToolchainMount+"/"):
 			out = append(out, TamperFinding{p, kind, "the sealed toolchain is mounted read-only here; a change means it was not mounted"})
 		case workDir != "/" && path.Dir(p) == workDir && c.Kind != container.ChangeDelete && tamperShadows(path.Base(p)):
@@ -97,6 +94,9 @@ func TamperDiff(changes []container.FilesystemChange, workDir string) []TamperFi
 	}
 	return out
 }
+
+// tamperNSSReason is why an NSS module is flagged before PackageOwned checks it.
+const tamperNSSReason = "an NSS module, loaded into container programs a test runs that look up a user, group or service"
 
 func tamperShadows(base string) bool {
 	name := strings.TrimSuffix(base, ".py")
@@ -119,13 +119,14 @@ func tamperKind(k container.ChangeType) string {
 // TamperCheck compares the sandbox with its image (Changes: its overlay2
 // upper directory, or docker diff) and flags every change that could still
 // influence the sealed verifier (see TamperDiff, with the image's working
-// directory), plus symlinks where tests and results go and an nsswitch.conf
-// that would make the toolchain's loader load a module from the container.
-// ins is the sandbox's ContainerInspect. Call it after the agent phase, once
+// directory), plus symlinks where tests and results go; NSS modules that
+// real packages ship, byte for byte, are dropped from the findings (debs
+// fetches the packages; nil keeps every NSS module flagged). ins is the
+// sandbox's ContainerInspect. Call it after the agent phase, once
 // every agent process is stopped (ToolchainKillCmd) and before anything of
 // the verifier's enters; any finding makes the rollout tampered, with the
 // findings as evidence. It executes nothing in the sandbox.
-func TamperCheck(ctx context.Context, cli *client.Client, ins container.InspectResponse) ([]TamperFinding, error) {
+func TamperCheck(ctx context.Context, cli *client.Client, ins container.InspectResponse, debs *DebCache) ([]TamperFinding, error) {
 	changes, _, err := Changes(ctx, cli, ins)
 	if err != nil {
 		return nil, err
@@ -151,43 +152,53 @@ func TamperCheck(ctx context.Context, cli *client.Client, ins container.InspectR
 			out = append(out, TamperFinding{p, "symlink", "points at " + st.LinkTarget + ": tests and results must land where the verifier puts them"})
 		}
 	}
-	if changed["/etc/nsswitch.conf"] {
-		if b, err := tamperReadFile(ctx, cli, containerID, "/etc/nsswitch.conf"); err == nil {
-			for _, s := range NSSModules(b) {
-				out = append(out, TamperFinding{"/etc/nsswitch.conf", "changed", "names NSS service " + s + ", whose module the verifier would load from the container's libraries"})
-			}
-		}
+	out, err = tamperNSSOwned(ctx, cli, ins.ID, changes, out, debs)
+	if err != nil {
+		return nil, err
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
 }
 
-// NSSModules lists the services an nsswitch.conf names that glibc would load
-// as a module (anything but files and dns, which are built in).
-func NSSModules(conf []byte) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, l := range strings.Split(string(conf), "\n") {
-		if i := strings.IndexByte(l, '#'); i >= 0 {
-			l = l[:i]
+// tamperNSSOwned drops the NSS module findings that PackageOwned finds are
+// a real package's files, and says for the others why not.
+func tamperNSSOwned(ctx context.Context, cli *client.Client, id string, changes []container.FilesystemChange, found []TamperFinding, debs *DebCache) ([]TamperFinding, error) {
+	if debs == nil {
+		return found, nil
+	}
+	var nss, lists []string
+	for _, f := range found {
+		if f.Reason == tamperNSSReason {
+			nss = append(nss, f.Path)
 		}
-		db, rest, ok := strings.Cut(l, ":")
-		if !ok || strings.TrimSpace(db) == "" {
-			continue
+	}
+	if len(nss) == 0 {
+		return found, nil
+	}
+	for _, c := range changes {
+		if p := path.Clean(c.Path); c.Kind != container.ChangeDelete && strings.HasPrefix(p, "/var/lib/dpkg/info/") && strings.HasSuffix(p, ".list") {
+			lists = append(lists, p)
 		}
-		for _, f := range strings.Fields(rest) {
-			if strings.HasPrefix(f, "[") || tamperNSSBuiltin[f] || seen[f] {
-				continue
-			}
-			seen[f] = true
+	}
+	bad, err := debs.PackageOwned(ctx, cli, id, nss, lists)
+	if err != nil {
+		return nil, fmt.Errorf("check NSS modules against their packages: %w", err)
+	}
+	var out []TamperFinding
+	for _, f := range found {
+		if f.Reason != tamperNSSReason {
+			out = append(out, f)
+		} else if why, ok := bad[f.Path]; ok {
+			f.Reason += "; " + why
 			out = append(out, f)
 		}
 	}
-	return out
+	return out, nil
 }
 
-// tamperReadFile reads one small file from the container through the API.
-func tamperReadFile(ctx context.Context, cli *client.Client, id, p string) ([]byte, error) {
+// tamperReadFileMax reads one file of at most max bytes from the container
+// through the API.
+func tamperReadFileMax(ctx context.Context, cli *client.Client, id, p string, max int64) ([]byte, error) {
 	rc, _, err := cli.CopyFromContainer(ctx, id, p)
 	if err != nil {
 		return nil, err
@@ -201,7 +212,7 @@ func tamperReadFile(ctx context.Context, cli *client.Client, id, p string) ([]by
 		}
 		if h.Typeflag == tar.TypeReg {
 			var b bytes.Buffer
-			_, err := io.Copy(&b, io.LimitReader(tr, 1<<20))
+			_, err := io.Copy(&b, io.LimitReader(tr, max))
 			return b.Bytes(), err
 		}
 		if h.Typeflag == tar.TypeSymlink {

@@ -36,7 +36,7 @@ const ToolchainRunnerMark = ToolchainRunDir + "/runner-started"
 
 // toolchainVersion changes whenever the build steps change in a way the
 // recipe below does not capture.
-const toolchainVersion = "1"
+const toolchainVersion = "2"
 
 // toolchainWheel is one pinned file from PyPI.
 type toolchainWheel struct{ Name, Version, File, SHA256 string }
@@ -90,15 +90,28 @@ libs=$(for f in $out/bin/* $out/py/bin/python3.11 $out/py/lib/python3.11/lib-dyn
   [ -L "$f" ] || ldd "$f" 2>/dev/null || true; done | awk '$2=="=>" && $3 ~ /^\// {print $3}' | sort -u)
 for l in $libs; do cp -L "$l" $out/lib/; done
 cp -L /lib64/ld-linux-x86-64.so.2 $out/lib/
+# glibc loads libgcc_s by name to unwind a thread that exits: the loader
+# finds it only on the toolchain's run path.
+cp -L /lib/x86_64-linux-gnu/libgcc_s.so.1 $out/lib/ 2>/dev/null || true
 `
 
 // The toolchain's loader must not read the container's preload list or
-// library cache: both names are overwritten in its copy of ld.so with paths
-// that never exist (/proc/0 is never a process, and /proc cannot be mounted
-// over without CAP_SYS_ADMIN).
+// library cache, nor search the container's library directories: those
+// names are overwritten in its copy of ld.so with paths that never exist
+// (/proc/0 is never a process, and /proc cannot be mounted over without
+// CAP_SYS_ADMIN; /sys is sysfs, read-only in a sandbox, and holds no
+// libraries). The last patch is glibc's default search list (SYSTEM_DIRS, one
+// string with the lengths kept elsewhere, so every name keeps its length):
+// without it, a library found nowhere on the toolchain's run path, such as an
+// NSS module (libnss_<service>.so.2) named by the container's
+// /etc/nsswitch.conf, would be loaded from the container's /lib. With it the
+// verifier's processes load only the toolchain's libraries, whatever
+// packages the agent installed.
 var toolchainLoaderPatches = [][2]string{
 	{"/etc/ld.so.preload\x00", "/proc/0/nopreload\x00\x00"},
 	{"/etc/ld.so.cache\x00", "/proc/0/nocache\x00\x00"},
+	{"/lib/x86_64-linux-gnu/\x00/usr/lib/x86_64-linux-gnu/\x00/lib/\x00/usr/lib/\x00",
+		"/proc/0/t1flow-nolib1/\x00/proc/0/t1flow-nolib2-xxx/\x00/sys/\x00/proc/0//\x00"},
 }
 
 //go:embed all:toolchainfs

@@ -77,7 +77,7 @@ func toolchainBuild(ctx context.Context, cli *client.Client, baseImage, tmp stri
 	// sandboxes). The mount is read-only, so these .pyc are the only ones.
 	ld := filepath.Join(out, "lib/ld-linux-x86-64.so.2")
 	cmd := exec.CommandContext(ctx, ld, "--library-path", filepath.Join(out, "lib"), filepath.Join(out, "py/bin/python3.11"),
-		"-I", "-m", "compileall", "-q", "-j", "0", site, filepath.Join(out, "plugins"))
+		"-I", "-m", "compileall", "-q", "-j", "0", site, filepath.Join(out, "plugins"), filepath.Join(out, "py/lib/python3.11/sitecustomize.py"))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("compileall with the toolchain's Python: %v\n%s", err, b)

@@ -21,6 +21,7 @@ import (
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
 )
@@ -64,16 +65,6 @@ func TestTamperDiffFlagsOnlyWhatReachesTheVerifier(t *testing.T) {
 	// In a working directory of /, the same names at / shadow the runner.
 	if f := sandbox.TamperDiff([]container.FilesystemChange{{Kind: add, Path: "/pytest.py"}, {Kind: add, Path: "/app/pytest.py"}}, "/"); len(f) != 1 || f[0].Path != "/pytest.py" {
 		t.Errorf("workdir /: %v", f)
-	}
-}
-
-func TestNSSModules(t *testing.T) {
-	base := "passwd: files\nhosts: files dns\nprotocols: db files\nnetgroup: nis\n"
-	if m := sandbox.NSSModules([]byte(base)); len(m) != 0 {
-		t.Errorf("the base image's nsswitch.conf flagged: %v", m)
-	}
-	if m := sandbox.NSSModules([]byte("passwd: files evil [NOTFOUND=return] ldap # comment sss\n")); strings.Join(m, ",") != "evil,ldap" {
-		t.Errorf("got %v", m)
 	}
 }
 
@@ -136,9 +127,10 @@ func TestToolchainHashFollowsBaseImage(t *testing.T) {
 // --- integration: the real toolchain, real sandboxes, the real cheats -------
 
 type rig struct {
-	t   *testing.T
-	cli *client.Client
-	tc  sandbox.Toolchain
+	t    *testing.T
+	cli  *client.Client
+	tc   sandbox.Toolchain
+	debs *sandbox.DebCache
 }
 
 func newRig(t *testing.T) *rig {
@@ -169,12 +161,12 @@ func newRig(t *testing.T) *rig {
 		t.Fatal("no t1flow-base image: run `make base-image`")
 	}
 	start := time.Now()
-	tc, err := sandbox.EnsureToolchain(ctx, cli, base, testenv.StateDir())
+	tc, err := sandbox.EnsureToolchain(ctx, cli, base, sandbox.ToolchainHome(testenv.StateDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("toolchain %s at %s: built=%v in %s, %d MB (EnsureToolchain took %s)", tc.Hash, tc.Dir, tc.Built, tc.BuildTime, tc.SizeBytes>>20, time.Since(start))
-	return &rig{t: t, cli: cli, tc: tc}
+	return &rig{t: t, cli: cli, tc: tc, debs: &sandbox.DebCache{Dir: filepath.Join(sandbox.ToolchainHome(testenv.StateDir()), "debs")}}
 }
 
 var fromRe = regexp.MustCompile(`(?m)^FROM \S+`)
@@ -234,12 +226,19 @@ func readFile(t *testing.T, p string) string {
 // dropped, no-new-privileges) plus the toolchain mount.
 func (r *rig) sandbox(img string) string {
 	r.t.Helper()
+	return r.sandboxOn(img, "none")
+}
+
+// sandboxOn is sandbox on a network ("none", or "bridge" for a task with
+// allow_internet).
+func (r *rig) sandboxOn(img, network string) string {
+	r.t.Helper()
 	ctx := context.Background()
 	resp, err := r.cli.ContainerCreate(ctx, &container.Config{
 		Image: img, Cmd: []string{"bash", "-c", "trap '' TERM INT HUP; while :; do sleep 86400 & wait $!; done"},
 		Labels: map[string]string{"t1flow.sealtest": "1"},
 	}, &container.HostConfig{
-		NetworkMode: "none",
+		NetworkMode: container.NetworkMode(network),
 		CapDrop:     []string{"ALL"},
 		CapAdd:      []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "AUDIT_WRITE", "MKNOD"},
 		SecurityOpt: []string{"no-new-privileges"},
@@ -312,6 +311,7 @@ type verdict struct {
 	marked        bool
 	output        string
 	took          time.Duration
+	channel       sandbox.RunnerChannel // what the runner reported
 }
 
 // kill stops every process left in the sandbox, as Verify does first.
@@ -331,7 +331,7 @@ func (r *rig) tamper(id string) []sandbox.TamperFinding {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	f, err := sandbox.TamperCheck(context.Background(), r.cli, ins)
+	f, err := sandbox.TamperCheck(context.Background(), r.cli, ins, r.debs)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -355,10 +355,11 @@ func (r *rig) verify(id, taskDir string) verdict {
 	cmd, _ := sandbox.ToolchainVerifyCmd(ins.Config.Env, nil, 2*time.Minute, sandbox.ToolchainPytestIni(filepath.Join(taskDir, "tests")))
 	var ready, out bytes.Buffer
 	code := r.execTo(id, sandbox.ToolchainRunCmd("/logs/verifier", stage, ins.Config.WorkingDir, cmd), sandbox.ToolchainExecEnv, "/", &ready, &out)
-	if strings.TrimSpace(ready.String()) != sandbox.ToolchainReady {
+	first, channel, _ := strings.Cut(ready.String(), "\n")
+	if first != sandbox.ToolchainReady {
 		r.t.Fatalf("the verifier never got ready: exit %d, stdout %q, stderr:\n%s", code, ready.String(), out.String())
 	}
-	v := verdict{output: out.String(), took: time.Since(start)}
+	v := verdict{output: out.String(), took: time.Since(start), channel: sandbox.ParseRunnerChannel([]byte(channel), int64(len(channel)))}
 	_, ctrf := r.exec(id, []string{sandbox.ToolchainMount + "/bin/cat", "/logs/verifier/ctrf.json"}, sandbox.ToolchainExecEnv, "/")
 	var doc struct {
 		Results struct {
@@ -446,6 +447,7 @@ func TestSealedVerifierExampleTasks(t *testing.T) {
 			if cases == "0" || fails != "0" || !v.marked {
 				t.Fatalf("the oracle did not pass sealed: %s cases, %s failed, marked %v\n%s", cases, fails, v.marked, v.output)
 			}
+			r.noRunnerFindings(id, v)
 		})
 	}
 }
@@ -457,7 +459,7 @@ var cheatsFlagged = map[string][]string{
 	"ld-preload.sh":         {"/etc/ld.so.preload"},
 	"symlinks.sh":           {"/logs/verifier", "/tests"},
 	"workdir-shadow.sh":     {"/app/pytest", "/app/pytest.py"},
-	"nss-module.sh":         {"/etc/nsswitch.conf", "/usr/lib/x86_64-linux-gnu/libnss_db.so.2", "/usr/lib/x86_64-linux-gnu/libnss_evil.so.2"},
+	"nss-module.sh":         {"/usr/lib/x86_64-linux-gnu/libnss_db.so.2", "/usr/lib/x86_64-linux-gnu/libnss_evil.so.2"},
 	"sitecustomize.sh":      {"/app/sitecustomize.py", "/app/usercustomize.py"},
 }
 
@@ -494,6 +496,22 @@ func TestSealedVerifierDefeatsCheats(t *testing.T) {
 				t.Fatalf("the cheat reached the verdict: %d/%d passed, reward %q, marked %v\n%s", v.passed, v.total, v.reward, v.marked, v.output)
 			}
 		})
+	}
+}
+
+// noRunnerFindings fails the test when the runner's channel disagrees with
+// the results of a verification that should be clean (an oracle's).
+func (r *rig) noRunnerFindings(id string, v verdict) {
+	r.t.Helper()
+	vr, err := r.results(id)
+	if err != nil {
+		r.t.Fatalf("results: %v", err)
+	}
+	if v.channel.Sessions == 0 {
+		r.t.Fatalf("no pytest session on the runner's channel:\n%s", v.output)
+	}
+	if f := activities.RunnerDisagrees(vr, v.channel); len(f) != 0 {
+		r.t.Fatalf("the runner's channel flags an oracle (%d/%d in the results): %v", vr.Passed, vr.Total, f)
 	}
 }
 

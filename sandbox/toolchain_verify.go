@@ -50,9 +50,10 @@ const ToolchainReady = "t1flow-verifier-ready"
 // copied into stage (ToolchainStage) to /tests, changes to
 // workDir (the image's WORKDIR; "" is /), writes ToolchainReady on stdout,
 // and then execs verify (ToolchainVerifyCmd) with its stdout joined to
-// stderr. The ready line therefore cannot come from test.sh or anything it
-// runs: without it the preparation failed, and the results directory may
-// still hold what the agent left. Run it as root, with Env ToolchainExecEnv,
+// stderr and the exec's stdout kept as descriptor ToolchainChannelFD, the
+// runner's report channel (ParseRunnerChannel). The ready line therefore
+// comes first: without it the preparation failed, and the results
+// directory may still hold what the agent left. Run it as root, with Env ToolchainExecEnv,
 // in /.
 func ToolchainRunCmd(verifierDir, stage, workDir string, verify []string) []string {
 	if workDir == "" {
@@ -61,7 +62,7 @@ func ToolchainRunCmd(verifierDir, stage, workDir string, verify []string) []stri
 	script := `kill -9 -1 2>/dev/null; ` +
 		`rm -rf /tests ` + verifierDir + ` ` + ToolchainRunDir + ` && mkdir -p ` + verifierDir + ` ` + ToolchainRunDir + `/uv-cache && ` +
 		`mv ` + stage + ` /tests && cd -- "$1" || exit 1; shift; ` +
-		`echo ` + ToolchainReady + ` && exec "$@" >&2`
+		`echo ` + ToolchainReady + ` && exec "$@" ` + strconv.Itoa(ToolchainChannelFD) + `>&1 >&2`
 	return append(append(toolchainSh(script), workDir), verify...)
 }
 
@@ -80,7 +81,7 @@ var toolchainDroppedEnv = []string{
 	"BASH_ENV", "ENV", "SHELLOPTS", "BASHOPTS", "PS4", "CDPATH", "IFS", "GLOBIGNORE", "PROMPT_COMMAND",
 	"GCONV_PATH", "LOCPATH", "NLSPATH", "GLIBC_TUNABLES", "HOSTALIASES", "RES_OPTIONS", "VIRTUAL_ENV",
 	"HOME", "PATH", "TMPDIR", "CURL_HOME", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE", "PERLLIB", "RUBYOPT",
-	"NODE_OPTIONS", "LD_", "MALLOC_", "UV_", "PIP_", "PYTEST_", "XDG_", "SSL_CERT_",
+	"NODE_OPTIONS", "LD_", "MALLOC_", "UV_", "PIP_", "PYTEST_", "XDG_", "SSL_CERT_", "T1FLOW_",
 }
 
 var toolchainDroppedPrefixes = []string{"PYTHON", "CONDA", "PERL5"}
@@ -99,6 +100,10 @@ func toolchainDropVar(kv string) bool {
 	}
 	return false
 }
+
+// ToolchainResultsDir is where test.sh writes its results (Harbor's
+// /logs/verifier): the guard reports writes there by the agent's code.
+const ToolchainResultsDir = "/logs/verifier"
 
 // ToolchainVerifyCmd is the command line that runs tests/test.sh sealed: the
 // toolchain's env starts, with nothing inherited, the toolchain's timeout and
@@ -132,6 +137,9 @@ func ToolchainVerifyCmd(imageEnv, verifierEnv []string, timeout time.Duration, i
 		"PYTHONPATH="+m+"/plugins",
 		"PYTEST_ADDOPTS=-c "+ini+" --rootdir=/tests --confcutdir=/tests -p no:cacheprovider -p t1flow_mark",
 		"T1FLOW_RUNNER_MARK="+ToolchainRunnerMark,
+		"T1FLOW_CHANNEL_FD="+strconv.Itoa(ToolchainChannelFD),
+		"T1FLOW_RESULTS_DIR="+ToolchainResultsDir,
+		"T1FLOW_TRUSTED_CODE="+m+":"+ToolchainRunDir+":/tests",
 		"UV_CACHE_DIR="+ToolchainRunDir+"/uv-cache",
 	)
 	sort.Strings(dropped)

@@ -38,7 +38,20 @@ var cheatOutcome = map[string]string{
 	"output-flood":   workflows.OutcomeUnresolved,
 	"network-egress": workflows.OutcomeUnresolved,
 	"disk-fill":      workflows.OutcomeUnresolved, // and agent_end storage_limit
+	"disk-fill-fast": workflows.OutcomeUnresolved, // and agent_end storage_limit
+	// In-process cheats (examples/cheats/inprocess), played on
+	// examples/tb2/inventory-module, whose tests import the agent's module:
+	// caught by what the runner reported over its channel.
+	"report-rewrite": workflows.OutcomeTampered,
+	"report-global":  workflows.OutcomeTampered,
+	"exit-forgery":   workflows.OutcomeTampered,
+	"sys-modules":    workflows.OutcomeTampered,
+	"builtins":       workflows.OutcomeTampered,
+	"ctypes":         workflows.OutcomeTampered,
 }
+
+// inprocessCheats are the families of examples/cheats/inprocess.
+var inprocessCheats = map[string]bool{"report-rewrite": true, "report-global": true, "exit-forgery": true, "sys-modules": true, "builtins": true, "ctypes": true}
 
 // inlineCheats are the families without a script in examples/cheats.
 var inlineCheats = map[string]string{
@@ -47,6 +60,9 @@ var inlineCheats = map[string]string{
 	"output-flood":   "yes 'flood flood flood' | head -c 200000000; echo planted",
 	"network-egress": "curl -sS -m 5 -o /app/freq.txt https://example.com/ 2>&1; echo planted",
 	"disk-fill":      "(for i in $(seq 1 40); do head -c 10000000 /dev/zero > /app/fill.$i; sleep 0.1; done) ; echo planted",
+	// As fast as the disk takes it: the watcher sees hundreds of MB go by
+	// between two polls (a quota daemon stops it at the limit instead).
+	"disk-fill-fast": "head -c 1000000000 /dev/zero > /app/bomb; sleep 5; echo planted",
 }
 
 // cheatTasks writes one copy of word-frequency per cheat, each with its
@@ -58,20 +74,23 @@ func cheatTasks(t *testing.T) []string {
 	src := filepath.Join(root, "examples/tb2/word-frequency")
 	var dirs []string
 	for name := range cheatOutcome {
-		script := inlineCheats[name]
+		script, from, cheats := inlineCheats[name], src, filepath.Join(root, "examples/cheats")
+		if inprocessCheats[name] {
+			from, cheats = filepath.Join(root, "examples/tb2/inventory-module"), filepath.Join(cheats, "inprocess")
+		}
 		if script == "" {
-			b, err := os.ReadFile(filepath.Join(root, "examples/cheats", name+".sh"))
+			b, err := os.ReadFile(filepath.Join(cheats, name+".sh"))
 			if err != nil {
 				t.Fatal(err)
 			}
 			script = string(b)
 		}
 		dst := filepath.Join(t.TempDir(), name)
-		copyTree(t, src, dst)
+		copyTree(t, from, dst)
 		writeFile(t, filepath.Join(dst, "environment/cheat.sh"), script)
 		df, _ := os.ReadFile(filepath.Join(dst, "environment/Dockerfile"))
 		writeFile(t, filepath.Join(dst, "environment/Dockerfile"), string(df)+"COPY cheat.sh /opt/t1flow-cheat.sh\n")
-		if name == "disk-fill" {
+		if strings.HasPrefix(name, "disk-fill") {
 			toml, _ := os.ReadFile(filepath.Join(dst, "task.toml"))
 			writeFile(t, filepath.Join(dst, "task.toml"), strings.Replace(string(toml), "[environment]", "[environment]\nstorage_mb = 64", 1))
 		}
@@ -112,7 +131,9 @@ func writeFile(t *testing.T, p, s string) {
 // TestAdversarialCheatsNeverResolve plays every cheat family as a scripted
 // agent against a task it cannot solve, in one sweep: none may resolve it,
 // each ends in its expected outcome (tampered ones with the paths as
-// evidence, the disk fill stopped at storage_mb), and the same worker then
+// evidence; the in-process ones, solution modules that subvert the runner,
+// with what the runner reported over its channel; the disk fills stopped at
+// storage_mb), and the same worker then
 // resolves the Terminal-Bench-format tasks with the oracle, offline, one
 // assertion per test from CTRF, while nop resolves none.
 func TestAdversarialCheatsNeverResolve(t *testing.T) {
@@ -152,7 +173,7 @@ func TestAdversarialCheatsNeverResolve(t *testing.T) {
 		t.Errorf("summary counts %d tampered", got)
 	}
 	for _, ro := range rep.Rollouts {
-		if ro.Name == "disk-fill" && ro.AgentEnd != workflows.AgentEndStorageLimit {
+		if strings.HasPrefix(ro.Name, "disk-fill") && ro.AgentEnd != workflows.AgentEndStorageLimit {
 			t.Errorf("disk-fill: agent_end %s, want %s", ro.AgentEnd, workflows.AgentEndStorageLimit)
 		}
 	}

@@ -1,0 +1,176 @@
+"""The sealed verifier's guard, imported by the toolchain's Python at start-up
+(the standard library directory, ahead of every site-packages, and before any
+test or agent code runs).
+
+Only when the verifier hands this process its report channel
+(T1FLOW_CHANNEL_FD, an inherited pipe to the host, outside every file in the
+sandbox) does it do anything: it takes the channel (a private,
+non-inheritable copy; the variable and the inherited descriptor are
+dropped, so programs the tests start never get it) and installs a PEP 578
+audit hook, which Python code cannot remove. The hook writes evidence to the
+channel, before the act it audits takes effect, when code from outside the
+verifier (any file not in the toolchain, the verifier's scratch directory or
+/tests: the agent's modules that tests import) writes, moves or removes files
+in the results directory, reaches the interpreter's memory through ctypes,
+replaces a function's code or a special attribute of the runner's classes, builds
+code objects, walks the runner's frames or lists the interpreter's objects
+(gc). The t1flow_mark pytest plugin reports every test through the same
+channel. See docs/verification.md.
+"""
+
+
+def _t1flow_guard():
+    import os
+    import sys
+
+    fd_name = os.environ.pop("T1FLOW_CHANNEL_FD", None)
+    if not fd_name:
+        return
+    try:
+        inherited = int(fd_name)
+        import stat
+
+        if not stat.S_ISFIFO(os.fstat(inherited).st_mode):
+            return
+        fd = os.dup(inherited)  # non-inheritable (PEP 446)
+        os.close(inherited)
+    except (OSError, ValueError):
+        return
+    results = os.environ.get("T1FLOW_RESULTS_DIR", "/logs/verifier").rstrip("/") + "/"
+    trusted = tuple(p.rstrip("/") + "/" for p in os.environ.get("T1FLOW_TRUSTED_CODE", "").split(":") if p) + ("<frozen ",)
+    runner_mods = ("_pytest", "pytest", "pluggy", "ctrf", "pytest_json_ctrf", "t1flow_", "sitecustomize")
+    write, getframe, pid = os.write, sys._getframe, os.getpid()
+    fspath, isinstance_, str_, int_, type_, tuple_ = os.fspath, isinstance, str, int, type, tuple
+    write_flags = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+    from _thread import get_ident
+
+    busy = set()
+
+    def q(s):
+        s = str_(s)[:400]
+        return '"' + "".join(c if " " <= c <= "~" and c != '"' and c != "\\" else "\\u%04x" % ord(c) for c in s) + '"'
+
+    def emit(line):
+        try:
+            write(fd, (line + "\n").encode())
+        except OSError:
+            pass
+
+    stdlib = os.path.dirname(os.__file__) + "/"
+
+    def foreign(depth, through_stdlib):
+        """Where the code that caused the event is, if it is not the
+        verifier's: the first frame from depth up that is not generated code
+        ("<string>", "<frozen ...>") and, with through_stdlib, not the
+        standard library either (the agent's module calling json.dump or
+        pathlib is still the agent's act; pytest calling them is pytest's)."""
+        try:
+            f = getframe(depth)
+        except ValueError:
+            return None
+        while f is not None:
+            name = f.f_code.co_filename
+            if not name.startswith("<") and not (through_stdlib and name.startswith(stdlib)):
+                if name.startswith(trusted):
+                    return None
+                return "%s:%d" % (name, f.f_lineno)
+            f = f.f_back
+        return None
+
+    def runner_owned(obj):
+        """A class of the runner's, or a function whose code is the
+        verifier's (the standard library, pytest, the plugins, the tests)."""
+        if isinstance_(obj, type_):
+            mod = obj.__dict__.get("__module__", "")
+            return isinstance_(mod, str_) and mod.startswith(runner_mods)
+        code = getattr(obj, "__code__", None)
+        return code is not None and code.co_filename.startswith(trusted)
+
+    def path_in_results(p):
+        try:
+            if isinstance_(p, int_):
+                return False
+            p = fspath(p)
+            if not isinstance_(p, str_):
+                p = p.decode("utf-8", "replace")
+        except Exception:
+            return False
+        return (p + "/").startswith(results) or ("/" + p).startswith(results)
+
+    def flag(what, detail, where):
+        emit('{"ev":"audit","pid":%d,"what":%s,"detail":%s,"where":%s}' % (pid, q(what), q(detail), q(where)))
+
+    def hook(event, args):
+        me = get_ident()
+        if me in busy:
+            return
+        busy.add(me)
+        try:
+            if event == "open":
+                path, mode, flags = args
+                if (mode and mode != "r" and mode != "rb" and any(c in mode for c in "wax+")) or (flags or 0) & write_flags:
+                    if path_in_results(path):
+                        w = foreign(2, True)
+                        if w:
+                            flag("foreign write to the results", str_(path), w)
+            elif event in ("os.rename", "os.replace", "os.link", "os.symlink", "shutil.copyfile", "shutil.move"):
+                if any(path_in_results(a) for a in args[:2]):
+                    w = foreign(2, True)
+                    if w:
+                        flag("foreign " + event + " in the results", " -> ".join(str_(a) for a in args[:2]), w)
+            elif event in ("os.remove", "os.truncate", "os.rmdir", "os.chmod", "os.utime", "shutil.rmtree"):
+                if args and path_in_results(args[0]):
+                    w = foreign(2, True)
+                    if w:
+                        flag("foreign " + event + " in the results", str_(args[0]), w)
+            elif event.startswith("ctypes."):
+                # Loading a library (the import of ctypes itself loads the
+                # interpreter's own symbols, pythonapi) or reading memory by
+                # address. A cast of an address and a write through it raise
+                # no event: loading ctypes is the act to catch.
+                if event in ("ctypes.dlopen", "ctypes.string_at", "ctypes.wstring_at", "ctypes.cdata", "ctypes.PyObj_FromPtr", "ctypes.cdata/buffer") or (
+                    event == "ctypes.dlsym" and isinstance_(args[1], str_) and args[1].lstrip("_").startswith("Py")
+                ):
+                    w = foreign(2, True)
+                    if w:
+                        flag("ctypes reaches the interpreter's memory", event + " " + str_(args[:2])[:200], w)
+            elif event == "object.__setattr__":
+                obj, name = args[0], args[1]
+                if runner_owned(obj):
+                    w = foreign(2, True)
+                    if w:
+                        flag("replaces the runner's code", "%s.%s" % (getattr(obj, "__qualname__", type_(obj).__name__), name), w)
+            elif event == "object.__delattr__":
+                if runner_owned(args[0]):
+                    w = foreign(2, True)
+                    if w:
+                        flag("replaces the runner's code", "del %s.%s" % (getattr(args[0], "__qualname__", "?"), args[1]), w)
+            elif event in ("code.__new__", "gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
+                           "sys.settrace", "sys.setprofile"):
+                w = foreign(2, True)
+                if w:
+                    flag("reaches into the interpreter", event, w)
+            elif event == "sys._getframe":
+                w = foreign(2, False)
+                if w:
+                    flag("reaches into the interpreter", event, w)
+            elif event == "compile" and isinstance_(args[1], str_) and args[1].startswith(trusted):
+                w = foreign(2, False)
+                if w:
+                    flag("compiles code under the verifier's name", args[1], w)
+            elif event == "object.__getattr__" and args[1] in ("tb_frame", "gi_frame", "cr_frame", "ag_frame"):
+                w = foreign(2, False)
+                if w:
+                    flag("reaches into the interpreter", "frame through ." + args[1], w)
+        except Exception as e:  # never break the runner
+            emit('{"ev":"guard-error","pid":%d,"detail":%s}' % (pid, q(repr(e))))
+        finally:
+            busy.discard(me)
+
+    sys.addaudithook(hook)
+    sys.t1flow_channel = fd  # for the t1flow_mark plugin; reading it is not a secret
+    emit('{"ev":"guard","pid":%d}' % pid)
+
+
+_t1flow_guard()
+del _t1flow_guard

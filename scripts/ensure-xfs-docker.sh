@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# A Docker daemon whose layers live on a filesystem with per-container
+# quotas, so that `--storage-opt size=` (a task's storage_mb) is enforced by
+# the kernel: overlay2 on ext4, as on most hosts, cannot, and t1flow then only
+# watches the writable layer (docs/verification.md, "storage_mb").
+#
+# It never touches the host's main daemon. It makes a sparse loop file
+# (T1FLOW_XFS_GB, default 4 GB, only what is written is allocated) under the
+# state directory and formats it: XFS mounted with pquota for overlay2 where
+# the kernel has XFS quotas (CONFIG_XFS_QUOTA), else btrfs with quota groups
+# for Docker's btrfs driver (this host's kernel has no XFS quotas); the
+# tools (xfsprogs or btrfs-progs) come from Debian, installed if missing.
+# It mounts it at $RUN/mnt and starts a SECOND dockerd with its own data root
+# there, its own socket, exec root, pidfile and containerd, and its own
+# bridge (t1flow-xfs0, no iptables rules: its sandboxes get no internet).
+# Never `--bridge none`: a dockerd started so deletes the host's docker0,
+# the main daemon's default bridge. T1FLOW_XFS_FS=xfs|btrfs forces one.
+# Point t1flow at it with
+#   DOCKER_HOST=unix:///run/t1flow-xfs/docker.sock
+# Idempotent: an answering daemon is left as it is. `stop` stops the daemon
+# and unmounts (the loop file stays, with its images).
+#
+#   scripts/ensure-xfs-docker.sh [start|stop|status]
+set -euo pipefail
+STATE=${T1FLOW_HOME:-$(cd "$(dirname "$0")/.." && pwd)/.t1flow}
+RUN=${T1FLOW_XFS_RUN:-/run/t1flow-xfs}
+IMG=${T1FLOW_XFS_IMAGE:-$STATE/xfs/docker-xfs.img}
+GB=${T1FLOW_XFS_GB:-4}
+SOCK=unix://$RUN/docker.sock
+MNT=$RUN/mnt
+
+say() { echo "ensure-xfs-docker: $*" >&2; }
+answers() { timeout 10 docker -H "$SOCK" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+
+case "${1:-start}" in
+status)
+  answers && docker -H "$SOCK" info --format '{{.Driver}} on {{index .DriverStatus 0}} {{index .DriverStatus 1}}' && exit 0
+  say "not running"; exit 1 ;;
+stop)
+  if [ -f "$RUN/docker.pid" ]; then
+    pid=$(cat "$RUN/docker.pid") # dockerd removes the file as it exits
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 40); do [ -e "/proc/$pid" ] || break; sleep 0.5; done
+  fi
+  mountpoint -q "$MNT" && umount "$MNT"
+  exit 0 ;;
+start) ;;
+*) say "usage: $0 [start|stop|status]"; exit 2 ;;
+esac
+
+answers && exit 0
+if [ "$(id -u)" != 0 ]; then
+  say "needs root (a loop mount and a dockerd)"; exit 1
+fi
+# XFS project quotas need CONFIG_XFS_QUOTA; without them a pquota mount fails.
+xfs_quota_ok() {
+  grep -qw xfs /proc/filesystems || modprobe xfs 2>/dev/null || return 1
+  if [ -r /proc/config.gz ]; then zcat /proc/config.gz | grep -q '^CONFIG_XFS_QUOTA=y'; return; fi
+  [ -r "/boot/config-$(uname -r)" ] && grep -q '^CONFIG_XFS_QUOTA=[ym]' "/boot/config-$(uname -r)"
+}
+FS=${T1FLOW_XFS_FS:-}
+if [ -z "$FS" ]; then
+  if xfs_quota_ok; then FS=xfs
+  elif grep -qw btrfs /proc/filesystems || modprobe btrfs 2>/dev/null; then FS=btrfs
+  else say "this kernel has neither XFS quotas nor btrfs: storage_mb stays watched"; exit 1
+  fi
+fi
+need() { command -v "$1" >/dev/null || { say "installing Debian's $2"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
+mkdir -p "$(dirname "$IMG")" "$MNT" "$RUN/exec"
+case $FS in
+xfs) need mkfs.xfs xfsprogs; driver=overlay2; opts=loop,pquota ;;
+btrfs) need mkfs.btrfs btrfs-progs; driver=btrfs; opts=loop ;;
+*) say "T1FLOW_XFS_FS=$FS: want xfs or btrfs"; exit 2 ;;
+esac
+if [ ! -f "$IMG" ] || [ "$(cat "$IMG.fs" 2>/dev/null)" != "$FS" ]; then
+  say "making a sparse ${GB} GB $FS file at $IMG"
+  rm -f "$IMG"
+  truncate -s "${GB}G" "$IMG"
+  "mkfs.$FS" -q "$IMG" >/dev/null
+  echo "$FS" >"$IMG.fs"
+fi
+if ! mountpoint -q "$MNT"; then
+  mount -o "$opts" "$IMG" "$MNT"
+fi
+case $FS in
+xfs) grep -q " $MNT xfs .*prjquota" /proc/mounts || { say "$MNT is not mounted with project quotas"; exit 1; } ;;
+btrfs) btrfs quota enable "$MNT" ;;
+esac
+BR=${T1FLOW_XFS_BRIDGE:-t1flow-xfs0}
+if ! ip link show "$BR" >/dev/null 2>&1; then
+  ip link add name "$BR" type bridge
+  ip addr add "${T1FLOW_XFS_BRIDGE_CIDR:-10.213.77.1/24}" dev "$BR"
+  ip link set "$BR" up
+fi
+say "starting a second dockerd on $SOCK (data root $MNT/docker, log $RUN/dockerd.log)"
+setsid nohup dockerd --data-root "$MNT/docker" --exec-root "$RUN/exec" --pidfile "$RUN/docker.pid" \
+  -H "$SOCK" --bridge "$BR" --iptables=false --ip-masq=false --ip-forward=false --storage-driver "$driver" \
+  >>"$RUN/dockerd.log" 2>&1 </dev/null &
+for _ in $(seq 1 60); do
+  answers && exit 0
+  sleep 0.5
+done
+say "dockerd did not answer within 30s; last lines of $RUN/dockerd.log:"
+tail -n 20 "$RUN/dockerd.log" >&2
+exit 1
