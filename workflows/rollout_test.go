@@ -328,7 +328,11 @@ func TestSummarizeCountsUnscoredApart(t *testing.T) {
 	})
 	require.Equal(t, 3, s.Rollouts)
 	require.Equal(t, 2, s.Scored)
-	require.InDelta(t, 0.5, s.ResolvedRate, 1e-12)
+	// The headline rate counts the unscored one as 0 (Harbor's); the rate
+	// over the scored is beside it.
+	require.InDelta(t, 1.0/3, s.ResolvedRate, 1e-12)
+	require.InDelta(t, 0.5, s.ScoredResolvedRate, 1e-12)
+	require.Equal(t, 1, s.Unscored)
 	require.InDelta(t, 0.15, s.MeanReward, 1e-12)
 	require.Equal(t, 1, s.Outcomes[OutcomeInfraError])
 	require.Equal(t, 2, s.SandboxRetries)
