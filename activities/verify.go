@@ -49,22 +49,34 @@ func ParseResults(files map[string][]byte) (VerifyResult, error) {
 	if err != nil {
 		return vr, err
 	}
+	testsPass := vr.HarborResolved()
 	vr.Reward, vr.RewardFile = reward, rewardFile
-	failed := 0
-	for _, a := range as {
-		if a.Status == StatusFailed {
-			failed++
-		}
-	}
-	testsPass := failed == 0 && vr.Passed > 0
-	vr.Resolved = testsPass
-	if reward != nil {
-		vr.Resolved = *reward == 1
-		if format != rewardFile && vr.Resolved != testsPass {
-			vr.Disagreement = fmt.Sprintf("%s says reward %v, %s says %d passed, %d failed of %d: the reward file decides", rewardFile, *reward, format, vr.Passed, failed, vr.Total)
-		}
+	vr.Resolved = vr.HarborResolved()
+	if reward != nil && format != rewardFile && vr.Resolved != testsPass {
+		vr.Disagreement = fmt.Sprintf("%s says reward %v, %s says %d passed, %d skipped of %d: the reward file decides", rewardFile, *reward, format, vr.Passed, vr.skipped(), vr.Total)
 	}
 	return vr, nil
+}
+
+// HarborResolved is Harbor's success: a reward of 1, or, with no reward
+// file, at least one assertion passed and every other one skipped (pytest
+// exits 0, which test.sh turns into reward 1). Results without per-assertion
+// statuses count no skips.
+func (vr VerifyResult) HarborResolved() bool {
+	if vr.Reward != nil {
+		return *vr.Reward == 1
+	}
+	return vr.Passed > 0 && vr.Passed+vr.skipped() == vr.Total
+}
+
+func (vr VerifyResult) skipped() int {
+	n := 0
+	for _, a := range vr.Assertions {
+		if a.Status == StatusSkipped {
+			n++
+		}
+	}
+	return n
 }
 
 // harborReward is Harbor's reward: reward.json ({"reward": x}, a single
