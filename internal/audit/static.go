@@ -200,41 +200,7 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 	}
 	s.Agents = buildAgents(s.Outputs, s.Inputs, instr, string(sol))
 
-	// Test leakage that reading proves: test code in the image or the
-	// instruction. Only what the built image holds counts (the Dockerfile
-	// and the context files it copies), and only test code (a generator the
-	// image and the tests both run is a shared input). Expected values in
-	// the image are found by the leak seeker, which exploits them
-	// (Agents.Leak).
-	df := env[task.DockerfileFile]
-	image := imageFiles(env, df)
-	for _, name := range sortedKeys(tests) {
-		src := tests[name]
-		if !isTestCode(src) {
-			continue
-		}
-		for _, iname := range sortedKeys(image) {
-			if iname != task.DockerfileFile && filepath.Base(iname) == filepath.Base(name) && isTestCode(image[iname]) {
-				s.Leaks = append(s.Leaks, fmt.Sprintf("environment/Dockerfile copies test code into the image: %s (a copy of %s)", iname, name))
-			}
-		}
-		for _, line := range strings.Split(src, "\n") {
-			line = strings.TrimSpace(line)
-			if len(line) < 30 || !strings.Contains(line, "assert") {
-				continue
-			}
-			if strings.Contains(instr, line) {
-				s.Leaks = append(s.Leaks, fmt.Sprintf("instruction.md contains test code from %s: %q", name, line))
-				break
-			}
-			for _, iname := range sortedKeys(image) {
-				if strings.Contains(image[iname], line) {
-					s.Leaks = append(s.Leaks, fmt.Sprintf("%s, in the image, contains test code from %s: %q", iname, name, line))
-					break
-				}
-			}
-		}
-	}
+	s.Leaks = staticLeaks(tests, env, instr)
 
 	// Shortcuts: the solution reads the tests, or writes their literals.
 	script := string(sol)
@@ -340,4 +306,45 @@ func hasToken(s, v string) bool {
 		return strings.Contains(s, v)
 	}
 	return regexp.MustCompile(`(^|[^\w.])` + regexp.QuoteMeta(v) + `($|[^\w.])`).MatchString(s)
+}
+
+// staticLeaks is the test leakage that reading proves: test code in the
+// image or the instruction.
+func staticLeaks(tests, env map[string]string, instr string) []string {
+	var leaks []string
+	// Test leakage that reading proves: test code in the image or the
+	// instruction. Only what the built image holds counts (the Dockerfile
+	// and the context files it copies), and only test code (a generator the
+	// image and the tests both run is a shared input). Expected values in
+	// the image are found by the leak seeker, which exploits them
+	// (Agents.Leak).
+	image := imageFiles(env, env[task.DockerfileFile])
+	for _, name := range sortedKeys(tests) {
+		src := tests[name]
+		if !isTestCode(src) {
+			continue
+		}
+		for _, iname := range sortedKeys(image) {
+			if iname != task.DockerfileFile && filepath.Base(iname) == filepath.Base(name) && isTestCode(image[iname]) {
+				leaks = append(leaks, fmt.Sprintf("environment/Dockerfile copies test code into the image: %s (a copy of %s)", iname, name))
+			}
+		}
+		for _, line := range strings.Split(src, "\n") {
+			line = strings.TrimSpace(line)
+			if len(line) < 30 || !strings.Contains(line, "assert") {
+				continue
+			}
+			if strings.Contains(instr, line) {
+				leaks = append(leaks, fmt.Sprintf("instruction.md contains test code from %s: %q", name, line))
+				break
+			}
+			for _, iname := range sortedKeys(image) {
+				if strings.Contains(image[iname], line) {
+					leaks = append(leaks, fmt.Sprintf("%s, in the image, contains test code from %s: %q", iname, name, line))
+					break
+				}
+			}
+		}
+	}
+	return leaks
 }
