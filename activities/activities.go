@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -71,7 +72,14 @@ func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, e
 		}
 		return nil, errs.Infraf("fetch task %s: %v", ref.Name, err)
 	}
-	return t, nil
+	// ${VAR} in task.toml's env tables comes from this worker (Harbor's rule).
+	cfg, err := t.Config.ResolveEnv(os.LookupEnv)
+	if err != nil {
+		return nil, errs.TaskInvalidf("task %s (%s) on host %s: %v", ref.Name, ref.ID, a.Host, err)
+	}
+	resolved := *t
+	resolved.Config = cfg
+	return &resolved, nil
 }
 
 // CreateSandbox builds the task image if needed and starts the sandbox. It
@@ -124,7 +132,7 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 		Sandbox:            Sandbox{ContainerID: id, Name: name, Host: a.Host, HostQueue: ids.SandboxHostQueue(a.Host)},
 		Image:              img,
 		ImageBuilt:         built,
-		AgentTimeoutSec:    t.Config.AgentTimeoutSec,
+		AgentTimeoutSec:    t.Config.AgentDeadlineSec(),
 		VerifierTimeoutSec: t.Config.VerifierTimeoutSec,
 	}, nil
 }
@@ -175,6 +183,7 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	res := TurnResult{Turn: in.Turn}
 	cmd := in.Agent.NextCommand(in.Turn)
 	var env []string
+	user := "" // the image's USER
 	switch in.Agent.Kind {
 	case AgentNop:
 		res.Done = true
@@ -201,7 +210,7 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 			}
 		}
 		res.Final = true
-		env = solutionEnv(t.Config.SolutionEnv)
+		env, user = solutionEnv(t.Config.SolutionEnv), t.Config.AgentUser
 	case AgentPolicy, AgentChat:
 		return a.modelTurn(ctx, in)
 	case AgentScripted:
@@ -214,13 +223,13 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		return res, errs.BadInputf("agent.kind %q is not a known agent", in.Agent.Kind)
 	}
 	res.Command = cmd
-	return a.runCommand(ctx, in, res, env)
+	return a.runCommand(ctx, in, res, env, user)
 }
 
 // runCommand runs a scripted or oracle turn's command exactly once: the turn
 // journal is written before the command starts, and its result after it ends;
 // a retry returns that result, or reports the turn lost.
-func (a *Activities) runCommand(ctx context.Context, in TurnInput, res TurnResult, env []string) (TurnResult, error) {
+func (a *Activities) runCommand(ctx context.Context, in TurnInput, res TurnResult, env []string, user string) (TurnResult, error) {
 	if e, err := a.readJournal(in); err != nil || e != nil {
 		if err == nil && e.State == journalDone && e.Result != nil {
 			return *e.Result, nil
@@ -233,6 +242,7 @@ func (a *Activities) runCommand(ctx context.Context, in TurnInput, res TurnResul
 	er, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, res.Command, sandbox.ExecOptions{
 		Timeout:  time.Duration(in.TimeoutSec * float64(time.Second)),
 		Env:      env,
+		User:     user,
 		Progress: func() { heartbeat.Record(ctx, fmt.Sprintf("turn %d running", in.Turn)) },
 		Starting: a.journalStart(in, res.Command),
 	})

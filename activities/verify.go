@@ -5,6 +5,7 @@ import (
 	"encoding/xml"
 	"errors"
 	"fmt"
+	"math"
 	"path"
 	"sort"
 	"strconv"
@@ -16,10 +17,104 @@ import (
 // VerifierDir is where tests/test.sh writes its results.
 const VerifierDir = "/logs/verifier"
 
-// ParseResults turns the verifier's result files into assertions. Preference:
-// CTRF JSON, then JUnit XML, then Harbor's reward.json or reward.txt (one
-// assertion, passed only at reward 1).
+// ParseResults reads the verifier's result files as Harbor does, plus T1's
+// per-assertion count. The reward is Harbor's: reward.json, else reward.txt
+// (any finite number). CTRF JSON, else JUnit XML, gives the assertions T1's
+// reward counts (passing / S). Resolved is a reward of 1, or, for a task that
+// writes no reward file, every assertion passed or skipped with at least one
+// passed (pytest's exit 0, which is what test.sh turns into reward 1). When
+// both exist and disagree, Disagreement says how; the reward file decides.
 func ParseResults(files map[string][]byte) (VerifyResult, error) {
+	reward, rewardFile, err := harborReward(files)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	format, as, err := assertions(files)
+	if err != nil {
+		return VerifyResult{}, err
+	}
+	if format == "" {
+		if reward == nil {
+			return VerifyResult{}, fmt.Errorf("no results in %s (expected reward.json, reward.txt, ctrf.json or a JUnit *.xml)", VerifierDir)
+		}
+		// One assertion, passed at reward 1: T1's count for a task that
+		// reports no tests.
+		st := StatusFailed
+		if *reward == 1 {
+			st = StatusPassed
+		}
+		format, as = rewardFile, []Assertion{{Name: rewardFile, Status: st, Message: fmt.Sprintf("reward %v", *reward)}}
+	}
+	vr, err := tally(format, as)
+	if err != nil {
+		return vr, err
+	}
+	testsPass := vr.HarborResolved()
+	vr.Reward, vr.RewardFile = reward, rewardFile
+	vr.Resolved = vr.HarborResolved()
+	if reward != nil && format != rewardFile && vr.Resolved != testsPass {
+		vr.Disagreement = fmt.Sprintf("%s says reward %v, %s says %d passed, %d skipped of %d: the reward file decides", rewardFile, *reward, format, vr.Passed, vr.skipped(), vr.Total)
+	}
+	return vr, nil
+}
+
+// HarborResolved is Harbor's success: a reward of 1, or, with no reward
+// file, at least one assertion passed and every other one skipped (pytest
+// exits 0, which test.sh turns into reward 1). Results without per-assertion
+// statuses count no skips.
+func (vr VerifyResult) HarborResolved() bool {
+	if vr.Reward != nil {
+		return *vr.Reward == 1
+	}
+	return vr.Passed > 0 && vr.Passed+vr.skipped() == vr.Total
+}
+
+func (vr VerifyResult) skipped() int {
+	n := 0
+	for _, a := range vr.Assertions {
+		if a.Status == StatusSkipped {
+			n++
+		}
+	}
+	return n
+}
+
+// harborReward is Harbor's reward: reward.json ({"reward": x}, a single
+// named value, or a bare number), else reward.txt.
+func harborReward(files map[string][]byte) (*float64, string, error) {
+	if b, ok := files["reward.json"]; ok {
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			return nil, "", fmt.Errorf("%s/reward.json: %v", VerifierDir, err)
+		}
+		var r any = v
+		if m, ok := v.(map[string]any); ok {
+			r = m["reward"]
+			if _, has := m["reward"]; !has && len(m) == 1 {
+				for _, x := range m {
+					r = x
+				}
+			}
+		}
+		f, ok := r.(float64)
+		if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, "", fmt.Errorf("%s/reward.json: expected {\"reward\": number}, a single named number, or a number", VerifierDir)
+		}
+		return &f, "reward.json", nil
+	}
+	if b, ok := files["reward.txt"]; ok {
+		f, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
+			return nil, "", fmt.Errorf("%s/reward.txt: %q is not a number", VerifierDir, strings.TrimSpace(string(b)))
+		}
+		return &f, "reward.txt", nil
+	}
+	return nil, "", nil
+}
+
+// assertions reads CTRF JSON, else every JUnit XML file; format "" when
+// there is neither.
+func assertions(files map[string][]byte) (string, []Assertion, error) {
 	names := make([]string, 0, len(files))
 	for n := range files {
 		names = append(names, n)
@@ -29,9 +124,9 @@ func ParseResults(files map[string][]byte) (VerifyResult, error) {
 		if n == "ctrf.json" || strings.HasSuffix(n, ".ctrf.json") || strings.HasPrefix(path.Base(n), "ctrf") && strings.HasSuffix(n, ".json") {
 			as, err := parseCTRF(files[n])
 			if err != nil {
-				return VerifyResult{}, fmt.Errorf("%s/%s: %v", VerifierDir, n, err)
+				return "", nil, fmt.Errorf("%s/%s: %v", VerifierDir, n, err)
 			}
-			return tally("ctrf", as)
+			return "ctrf", as, nil
 		}
 	}
 	var junit []Assertion
@@ -40,43 +135,16 @@ func ParseResults(files map[string][]byte) (VerifyResult, error) {
 		if strings.HasSuffix(n, ".xml") {
 			as, err := parseJUnit(files[n])
 			if err != nil {
-				return VerifyResult{}, fmt.Errorf("%s/%s: %v", VerifierDir, n, err)
+				return "", nil, fmt.Errorf("%s/%s: %v", VerifierDir, n, err)
 			}
 			junit = append(junit, as...)
 			found = true
 		}
 	}
 	if found {
-		return tally("junit", junit)
+		return "junit", junit, nil
 	}
-	if b, ok := files["reward.json"]; ok {
-		var v struct {
-			Reward *float64 `json:"reward"`
-		}
-		if err := json.Unmarshal(b, &v); err != nil || v.Reward == nil {
-			return VerifyResult{}, fmt.Errorf("%s/reward.json: expected {\"reward\": number}", VerifierDir)
-		}
-		return rewardAssertion("reward.json", *v.Reward)
-	}
-	if b, ok := files["reward.txt"]; ok {
-		f, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
-		if err != nil {
-			return VerifyResult{}, fmt.Errorf("%s/reward.txt: %q is not a number", VerifierDir, strings.TrimSpace(string(b)))
-		}
-		return rewardAssertion("reward.txt", f)
-	}
-	return VerifyResult{}, fmt.Errorf("no results in %s (expected ctrf.json, a JUnit *.xml, reward.json or reward.txt)", VerifierDir)
-}
-
-func rewardAssertion(format string, r float64) (VerifyResult, error) {
-	if r < 0 || r > 1 {
-		return VerifyResult{}, fmt.Errorf("%s/%s: reward %v is outside [0, 1]", VerifierDir, format, r)
-	}
-	st := StatusFailed
-	if r == 1 {
-		st = StatusPassed
-	}
-	return tally(format, []Assertion{{Name: format, Status: st, Message: fmt.Sprintf("reward %v", r)}})
+	return "", nil, nil
 }
 
 func tally(format string, as []Assertion) (VerifyResult, error) {

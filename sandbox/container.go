@@ -51,11 +51,13 @@ type Limits struct {
 	// StorageMB bounds the writable layer (0: unbounded): a daemon size
 	// limit where it can enforce one, else DiskWatch (docs/verification.md).
 	StorageMB int64
+	// WorkDir (environment.workdir) replaces the image's WORKDIR; "" keeps it.
+	WorkDir string
 }
 
 // TaskLimits are the limits a task's task.toml asks for.
 func TaskLimits(c task.Config) Limits {
-	return Limits{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Pids: c.Pids, Internet: c.AllowInternet, StorageMB: c.StorageMB}
+	return Limits{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Pids: c.Pids, Internet: c.AllowInternet, StorageMB: c.StorageMB, WorkDir: c.Workdir}
 }
 
 // ContainerName is the sandbox's name: the same across retries of one
@@ -101,11 +103,12 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []
 		return "", err
 	}
 	resp, err := d.Client.ContainerCreate(ctx, &container.Config{
-		Image:    img,
-		Env:      env,
-		Cmd:      keepalive,
-		Labels:   all,
-		Hostname: "sandbox",
+		Image:      img,
+		Env:        env,
+		Cmd:        keepalive,
+		Labels:     all,
+		Hostname:   "sandbox",
+		WorkingDir: lim.WorkDir,
 	}, hc, nil, nil, name)
 	if err != nil {
 		if errdefs.IsConflict(err) {

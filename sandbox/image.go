@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -22,25 +23,25 @@ import (
 	"github.com/t1flow/t1flow/internal/task"
 )
 
-// DefaultAliases point registry bases that tasks commonly name at the local base
-// image: nothing is ever pulled.
-var DefaultAliases = map[string]string{
-	"ubuntu:*":         "@base",
-	"ubuntu":           "@base",
-	"debian:*":         "@base",
-	"debian":           "@base",
-	"python:*":         "@base",
-	"buildpack-deps:*": "@base",
-	"bash:*":           "@base",
-}
+// DefaultAliases point registry bases that tasks commonly name at the local
+// base images (task.DefaultBases): nothing is ever pulled. "@name" is the
+// base t1flow builds under that name; "@base" is bookworm.
+var DefaultAliases = func() map[string]string {
+	m := map[string]string{}
+	for _, b := range task.DefaultBases {
+		m[b.Pattern] = "@" + b.Base
+	}
+	return m
+}()
 
 var fromLine = regexp.MustCompile(`(?i)^(\s*FROM\s+)((?:--\S+\s+)*)(\S+)(.*)$`)
 
-// RewriteFrom maps each FROM image through the alias map. Stage names stay as they are.
-func (d *Docker) RewriteFrom(dockerfile, base string) (string, []string, error) {
+// RewriteFrom maps each FROM image through the alias map. Stage names stay as
+// they are. used lists the images the build needs; bases the local bases
+// among them, by name, to build first.
+func (d *Docker) RewriteFrom(dockerfile string) (out string, used, bases []string, err error) {
 	lines := strings.Split(dockerfile, "\n")
 	stages := map[string]bool{}
-	var used []string
 	for i, l := range lines {
 		m := fromLine.FindStringSubmatch(l)
 		if m == nil {
@@ -51,8 +52,15 @@ func (d *Docker) RewriteFrom(dockerfile, base string) (string, []string, error) 
 			continue
 		}
 		target := d.alias(img)
-		if target == "@base" {
-			target = base
+		if name, ok := strings.CutPrefix(target, "@"); ok {
+			if name == "base" {
+				name = task.BaseBookworm
+			}
+			if !knownBase(name) {
+				return "", nil, nil, fmt.Errorf("FROM %s: the image alias %s names no base t1flow builds (use @%s, @%s, @%s or @%s)", img, target, task.BaseBookworm, task.BaseTrixie, task.BasePythonBookworm, task.BasePythonTrixie)
+			}
+			target = BaseTag(name)
+			bases = append(bases, name)
 		}
 		lines[i] = m[1] + m[2] + target + rest
 		used = append(used, target)
@@ -62,33 +70,26 @@ func (d *Docker) RewriteFrom(dockerfile, base string) (string, []string, error) 
 		}
 	}
 	if len(used) == 0 {
-		return "", nil, errors.New("has no FROM instruction")
+		return "", nil, nil, errors.New("has no FROM instruction")
 	}
-	return strings.Join(lines, "\n"), used, nil
+	return strings.Join(lines, "\n"), used, bases, nil
 }
 
 func (d *Docker) alias(img string) string {
 	if v, ok := d.Aliases[img]; ok {
 		return v
 	}
-	// Longest pattern first, so "python:3.11-slim" can beat "python:*".
-	pats := make([]string, 0, len(d.Aliases))
-	for p := range d.Aliases {
-		pats = append(pats, p)
+	ms := make([]task.BaseMapping, 0, len(d.Aliases))
+	for p, v := range d.Aliases {
+		ms = append(ms, task.BaseMapping{Pattern: p, Base: v})
 	}
-	sort.Slice(pats, func(i, j int) bool { return len(pats[i]) > len(pats[j]) })
-	for _, p := range pats {
-		if globMatch(p, img) {
-			return d.Aliases[p]
-		}
+	// Longest pattern first (ties by name, so the choice is stable), so
+	// "python:3.11-slim" can beat "python:*".
+	sort.Slice(ms, func(i, j int) bool { return ms[i].Pattern < ms[j].Pattern })
+	if m, ok := task.MatchBase(ms, img); ok {
+		return m.Base
 	}
 	return img
-}
-
-func globMatch(pat, s string) bool {
-	re := "^" + strings.ReplaceAll(regexp.QuoteMeta(pat), `\*`, ".*") + "$"
-	ok, _ := regexp.MatchString(re, s)
-	return ok
 }
 
 // TaskImageTag is the cached image for a task: its content hash plus the hash
@@ -109,18 +110,23 @@ func (d *Docker) EnsureTaskImage(ctx context.Context, t *task.Task, progress fun
 			return img, false, nil
 		}
 	}
-	base, err := d.EnsureBaseImage(ctx)
-	if err != nil {
-		return "", false, errs.Infraf("base image: %v", err)
+	raw, err := os.ReadFile(filepath.Join(t.Dir, task.DockerfileFile))
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && t.Config.DockerImage != "":
+		// Harbor's docker_image without a Dockerfile: the image itself,
+		// through the alias map, since the host does not have it.
+		raw = []byte("FROM " + t.Config.DockerImage + "\n")
+	case err != nil:
+		return "", false, errs.TaskInvalidf("%s: %v", task.DockerfileFile, err)
 	}
-	dfPath := filepath.Join(t.Dir, task.DockerfileFile)
-	raw, err := os.ReadFile(dfPath)
+	df, used, bases, err := d.RewriteFrom(string(raw))
 	if err != nil {
 		return "", false, errs.TaskInvalidf("%s: %v", task.DockerfileFile, err)
 	}
-	df, used, err := d.RewriteFrom(string(raw), base)
-	if err != nil {
-		return "", false, errs.TaskInvalidf("%s: %v", task.DockerfileFile, err)
+	for _, b := range bases {
+		if _, err := d.EnsureBase(ctx, b); err != nil {
+			return "", false, errs.Infraf("base image %s: %v", b, err)
+		}
 	}
 	h := sha256.Sum256([]byte(df))
 	tag := TaskImageTag(t.ID, hex.EncodeToString(h[:])[:8])
@@ -221,32 +227,42 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 	}
 }
 
-// tarContext writes the build context (the environment/ directory) with the
-// rewritten Dockerfile in place of the original.
+// tarContext writes the build context (the environment/ directory, which a
+// docker_image task may lack) with the rewritten Dockerfile in place of the
+// original.
 func tarContext(envDir, dockerfile string, w io.Writer) error {
 	tw := tar.NewWriter(w)
+	add := func(name string, mode int64, b []byte) error {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			return err
+		}
+		_, err := tw.Write(b)
+		return err
+	}
+	if err := add("Dockerfile", 0o644, []byte(dockerfile)); err != nil {
+		return err
+	}
 	err := filepath.WalkDir(envDir, func(p string, de fs.DirEntry, err error) error {
+		if p == envDir && errors.Is(err, fs.ErrNotExist) {
+			return fs.SkipAll
+		}
 		if err != nil || !de.Type().IsRegular() {
 			return err
 		}
 		rel, _ := filepath.Rel(envDir, p)
 		rel = filepath.ToSlash(rel)
+		if rel == "Dockerfile" {
+			return nil
+		}
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return err
-		}
-		if rel == "Dockerfile" {
-			b = []byte(dockerfile)
 		}
 		info, err := de.Info()
 		if err != nil {
 			return err
 		}
-		if err := tw.WriteHeader(&tar.Header{Name: rel, Mode: int64(info.Mode().Perm()), Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		_, err = tw.Write(b)
-		return err
+		return add(rel, int64(info.Mode().Perm()), b)
 	})
 	if err != nil {
 		return err

@@ -248,23 +248,29 @@ type EvalJSONTask struct {
 
 // EvalJSON is the document `starter eval --json` prints.
 type EvalJSON struct {
-	WorkflowID   string                     `json:"workflow_id"`
-	SweepID      string                     `json:"sweep_id"`
-	Agent        string                     `json:"agent"`
-	Attempts     int                        `json:"attempts"`
-	S            int                        `json:"s"`
-	ResolvedRate float64                    `json:"resolved_rate"`
-	MeanReward   float64                    `json:"mean_reward"`
-	Rollouts     int                        `json:"rollouts"`
-	Scored       int                        `json:"scored"`
-	Resolved     int                        `json:"resolved"`
-	MeanTurns    float64                    `json:"mean_turns"`
-	Outcomes     map[string]int             `json:"outcomes"`
-	Tampered     int                        `json:"tampered"`
-	ByCategory   map[string]workflows.Group `json:"by_category"`
-	ByDifficulty map[string]workflows.Group `json:"by_difficulty"`
-	Tasks        []EvalJSONTask             `json:"tasks"`
-	Report       store.Ref                  `json:"report"`
+	WorkflowID   string  `json:"workflow_id"`
+	SweepID      string  `json:"sweep_id"`
+	Agent        string  `json:"agent"`
+	Attempts     int     `json:"attempts"`
+	S            int     `json:"s"`
+	ResolvedRate float64 `json:"resolved_rate"`
+	// ScoredResolvedRate is over the scored alone; Unscored are counted
+	// as 0 in ResolvedRate.
+	ScoredResolvedRate float64                    `json:"scored_resolved_rate"`
+	Unscored           int                        `json:"unscored"`
+	HarborMeanReward   float64                    `json:"harbor_mean_reward"`
+	PassAtK            map[string]float64         `json:"pass_at_k,omitempty"`
+	MeanReward         float64                    `json:"mean_reward"`
+	Rollouts           int                        `json:"rollouts"`
+	Scored             int                        `json:"scored"`
+	Resolved           int                        `json:"resolved"`
+	MeanTurns          float64                    `json:"mean_turns"`
+	Outcomes           map[string]int             `json:"outcomes"`
+	Tampered           int                        `json:"tampered"`
+	ByCategory         map[string]workflows.Group `json:"by_category"`
+	ByDifficulty       map[string]workflows.Group `json:"by_difficulty"`
+	Tasks              []EvalJSONTask             `json:"tasks"`
+	Report             store.Ref                  `json:"report"`
 }
 
 func evalJSON(rep workflows.EvalReport, ref store.Ref) EvalJSON {
@@ -272,6 +278,7 @@ func evalJSON(rep workflows.EvalReport, ref store.Ref) EvalJSON {
 	out := EvalJSON{
 		WorkflowID: rep.WorkflowID, SweepID: rep.SweepID, Agent: rep.Agent.Kind, Attempts: rep.Attempts, S: rep.S,
 		ResolvedRate: s.ResolvedRate, MeanReward: s.MeanReward, Rollouts: s.Rollouts, Scored: s.Scored,
+		ScoredResolvedRate: s.ScoredResolvedRate, Unscored: s.Unscored, HarborMeanReward: s.HarborMeanReward, PassAtK: s.PassAtK,
 		Resolved: s.Resolved, MeanTurns: s.MeanTurns, Outcomes: s.Outcomes, Tampered: s.Tampered,
 		ByCategory: s.ByCategory, ByDifficulty: s.ByDifficulty, Tasks: []EvalJSONTask{}, Report: ref,
 	}
@@ -298,8 +305,17 @@ func printTable(w io.Writer, rep workflows.EvalReport) {
 	}
 	tw.Flush()
 	s := rep.Summary
-	fmt.Fprintf(w, "\nresolved %d/%d scored (%.1f%%), mean reward %.3f (S = %d), mean turns %.1f, %d rollouts\n",
-		s.Resolved, s.Scored, 100*s.ResolvedRate, s.MeanReward, rep.S, s.MeanTurns, s.Rollouts)
+	fmt.Fprintf(w, "\nresolved %d/%d rollouts (%.1f%%; %d unscored counted as 0, %.1f%% of the %d scored), mean reward %.3f (S = %d), Harbor's mean reward %.3f, mean turns %.1f\n",
+		s.Resolved, s.Rollouts, 100*s.ResolvedRate, s.Unscored, 100*s.ScoredResolvedRate, s.Scored, s.MeanReward, rep.S, s.HarborMeanReward, s.MeanTurns)
+	if len(s.PassAtK) > 0 {
+		var ks []string
+		for _, k := range []string{"1", "2", "4", "8", "16", "32", "64"} {
+			if v, ok := s.PassAtK[k]; ok {
+				ks = append(ks, fmt.Sprintf("pass@%s %.3f", k, v))
+			}
+		}
+		fmt.Fprintln(w, strings.Join(ks, ", "))
+	}
 	if s.Tampered > 0 {
 		fmt.Fprintf(w, "tampered: %d (scored at reward 0; the paths are in each rollout's record)\n", s.Tampered)
 	}
@@ -314,7 +330,7 @@ func printTable(w io.Writer, rep workflows.EvalReport) {
 	}{{"category", s.ByCategory}, {"difficulty", s.ByDifficulty}} {
 		for _, k := range sortedStrings(g.m) {
 			v := g.m[k]
-			fmt.Fprintf(tw, "%s=%s\t%d/%d\t%.1f%%\t%.3f\n", g.label, k, v.Resolved, v.Scored, 100*v.ResolvedRate, v.MeanReward)
+			fmt.Fprintf(tw, "%s=%s\t%d/%d\t%.1f%%\t%.3f\n", g.label, k, v.Resolved, v.Rollouts, 100*v.ResolvedRate, v.MeanReward)
 		}
 	}
 	tw.Flush()

@@ -109,23 +109,26 @@ func (in RolloutInput) validate() error {
 
 // RolloutResult is small on purpose: the full record is an artifact.
 type RolloutResult struct {
-	RolloutID       string  `json:"rollout_id"`
-	WorkflowID      string  `json:"workflow_id"`
-	TaskID          string  `json:"task_id"`
-	Name            string  `json:"name"`
-	Category        string  `json:"category,omitempty"`
-	Difficulty      string  `json:"difficulty,omitempty"`
-	Attempt         int     `json:"attempt"`
-	Outcome         string  `json:"outcome"`
-	AgentEnd        string  `json:"agent_end,omitempty"`
-	Scored          bool    `json:"scored"` // false: infra, verifier or task failure; not a reward of 0
-	Reward          float64 `json:"reward"`
-	Passed          int     `json:"passed"`
-	Total           int     `json:"total"`
-	Resolved        bool    `json:"resolved"`
-	Turns           int     `json:"turns"`
-	DurationSec     float64 `json:"duration_s"`
-	SandboxAttempts int     `json:"sandbox_attempts"`
+	RolloutID  string  `json:"rollout_id"`
+	WorkflowID string  `json:"workflow_id"`
+	TaskID     string  `json:"task_id"`
+	Name       string  `json:"name"`
+	Category   string  `json:"category,omitempty"`
+	Difficulty string  `json:"difficulty,omitempty"`
+	Attempt    int     `json:"attempt"`
+	Outcome    string  `json:"outcome"`
+	AgentEnd   string  `json:"agent_end,omitempty"`
+	Scored     bool    `json:"scored"` // false: infra, verifier or task failure; not a reward of 0
+	Reward     float64 `json:"reward"`
+	Passed     int     `json:"passed"`
+	Total      int     `json:"total"`
+	Resolved   bool    `json:"resolved"`
+	// HarborReward is the task's own reward as Harbor reads it
+	// (reward.json, else reward.txt); nil when test.sh wrote neither.
+	HarborReward    *float64 `json:"harbor_reward,omitempty"`
+	Turns           int      `json:"turns"`
+	DurationSec     float64  `json:"duration_s"`
+	SandboxAttempts int      `json:"sandbox_attempts"`
 	// LostTurns counts agent turns lost to a worker that died mid-turn: each
 	// one started the episode over in a fresh sandbox (errs.TurnLost).
 	LostTurns int        `json:"lost_turns,omitempty"`
@@ -202,21 +205,31 @@ type Group struct {
 	Rollouts     int     `json:"rollouts"`
 	Scored       int     `json:"scored"`
 	Resolved     int     `json:"resolved"`
-	ResolvedRate float64 `json:"resolved_rate"`
+	ResolvedRate float64 `json:"resolved_rate"` // over every rollout, as Summary's
 	MeanReward   float64 `json:"mean_reward"`
 }
 
-// Summary aggregates a sweep. Rates and means are over scored rollouts; the
-// unscored are counted by failure class, never folded in as zeros.
+// Summary aggregates a sweep. The headline ResolvedRate is Harbor's: over
+// every rollout, an unscored one (infra, verifier or task failure, aborted)
+// counted as 0; Unscored says how many those are and ScoredResolvedRate is
+// the rate over the scored alone. MeanReward (T1's passing / S) is over the
+// scored; HarborMeanReward is Harbor's mean, a missing reward counted as 0.
 type Summary struct {
-	Rollouts      int            `json:"rollouts"`
-	Scored        int            `json:"scored"`
-	Resolved      int            `json:"resolved"`
-	ResolvedRate  float64        `json:"resolved_rate"`
-	MeanReward    float64        `json:"mean_reward"`
-	MeanTurns     float64        `json:"mean_turns"`
-	MeanDurationS float64        `json:"mean_duration_s"`
-	Outcomes      map[string]int `json:"outcomes"`
+	Rollouts           int     `json:"rollouts"`
+	Scored             int     `json:"scored"`
+	Unscored           int     `json:"unscored"`
+	Resolved           int     `json:"resolved"`
+	ResolvedRate       float64 `json:"resolved_rate"`
+	ScoredResolvedRate float64 `json:"scored_resolved_rate"`
+	HarborMeanReward   float64 `json:"harbor_mean_reward"`
+	// PassAtK: pass@k (unbiased estimator) over tasks, for k = 1, 2, 4, ...
+	// up to the fewest attempts any task had; unscored attempts count as
+	// failures.
+	PassAtK       map[string]float64 `json:"pass_at_k,omitempty"`
+	MeanReward    float64            `json:"mean_reward"`
+	MeanTurns     float64            `json:"mean_turns"`
+	MeanDurationS float64            `json:"mean_duration_s"`
+	Outcomes      map[string]int     `json:"outcomes"`
 	// Tampered counts scored rollouts whose verification was refused for
 	// tampering (in Scored, at reward 0).
 	Tampered       int              `json:"tampered"`

@@ -3,7 +3,6 @@ package workflows
 import (
 	"fmt"
 	"sort"
-	"strings"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -154,78 +153,7 @@ func (s *evalSweep) run(ctx workflow.Context) (EvalSweepResult, error) {
 	}
 	out := EvalSweepResult{SweepID: s.in.SweepID, Summary: report.Summary}
 	err = storeJSON(ctx, "store eval report", "evals/"+ids.Clean(s.in.SweepID)+"/report.json", report).Get(ctx, &out.Report)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f",
-		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d (%.1f%%; %d unscored counted as 0), mean reward %.3f",
+		out.Summary.Resolved, out.Summary.Rollouts, 100*out.Summary.ResolvedRate, out.Summary.Unscored, out.Summary.MeanReward))
 	return out, err
-}
-
-// Summarize aggregates rollouts. Rates and means are over scored rollouts.
-func Summarize(rs []RolloutResult) Summary {
-	s := Summary{
-		Outcomes: map[string]int{}, AgentEnds: map[string]int{},
-		ByCategory: map[string]Group{}, ByDifficulty: map[string]Group{},
-	}
-	var reward, turns, dur float64
-	add := func(m map[string]Group, key string, r RolloutResult) {
-		if key == "" {
-			key = "(none)"
-		}
-		g := m[key]
-		g.Rollouts++
-		if r.Scored {
-			g.Scored++
-			g.MeanReward += r.Reward
-			if r.Resolved {
-				g.Resolved++
-			}
-		}
-		m[key] = g
-	}
-	for _, r := range rs {
-		s.Rollouts++
-		s.Outcomes[r.Outcome]++
-		if r.Outcome == OutcomeTampered {
-			s.Tampered++
-		}
-		if r.AgentEnd != "" {
-			s.AgentEnds[r.AgentEnd]++
-		}
-		s.SandboxRetries += max(r.SandboxAttempts-1, 0)
-		turns += float64(r.Turns)
-		dur += r.DurationSec
-		if r.Scored {
-			s.Scored++
-			reward += r.Reward
-			if r.Resolved {
-				s.Resolved++
-			}
-		}
-		add(s.ByCategory, r.Category, r)
-		add(s.ByDifficulty, r.Difficulty, r)
-		if len(r.PolicyVersions) > 0 {
-			if s.PolicyVersions == nil {
-				s.PolicyVersions = map[string]int{}
-			}
-			s.PolicyVersions[strings.Join(r.PolicyVersions, "+")]++
-		}
-	}
-	if s.Scored > 0 {
-		s.ResolvedRate = float64(s.Resolved) / float64(s.Scored)
-		s.MeanReward = reward / float64(s.Scored)
-	}
-	if s.Rollouts > 0 {
-		s.MeanTurns = turns / float64(s.Rollouts)
-		s.MeanDurationS = dur / float64(s.Rollouts)
-	}
-	for _, m := range []map[string]Group{s.ByCategory, s.ByDifficulty} {
-		for _, k := range sortedKeys(m) {
-			g := m[k]
-			if g.Scored > 0 {
-				g.MeanReward /= float64(g.Scored)
-				g.ResolvedRate = float64(g.Resolved) / float64(g.Scored)
-			}
-			m[k] = g
-		}
-	}
-	return s
 }

@@ -125,6 +125,30 @@ func TestPartialRewardIsPassingOverS(t *testing.T) {
 	require.Equal(t, 2, res.Turns)
 }
 
+// TestHarborRewardDecidesResolution: a partial reward.txt beside passing
+// tests is unresolved, with Harbor's reward on the result; skipped tests do
+// not make a run unresolved.
+func TestHarborRewardDecidesResolution(t *testing.T) {
+	half := 0.5
+	for name, c := range map[string]struct {
+		vr       activities.VerifyResult
+		resolved bool
+	}{
+		"partial reward.txt": {activities.VerifyResult{Passed: 2, Total: 2, Reward: &half, RewardFile: "reward.txt"}, false},
+		"skipped test": {activities.VerifyResult{Passed: 1, Total: 2, Assertions: []activities.Assertion{
+			{Name: "a", Status: activities.StatusPassed}, {Name: "b", Status: activities.StatusSkipped}}}, true},
+	} {
+		f := &fakeSandbox{}
+		env := newEnv(t, f)
+		env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+		env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(c.vr, nil)
+		res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+		if res.Resolved != c.resolved || (c.vr.Reward != nil) != (res.HarborReward != nil) {
+			t.Errorf("%s: resolved %v (want %v), harbor reward %v", name, res.Resolved, c.resolved, res.HarborReward)
+		}
+	}
+}
+
 func TestVanishedSandboxRetriesWithFreshOne(t *testing.T) {
 	f := &fakeSandbox{}
 	env := newEnv(t, f)
@@ -328,7 +352,11 @@ func TestSummarizeCountsUnscoredApart(t *testing.T) {
 	})
 	require.Equal(t, 3, s.Rollouts)
 	require.Equal(t, 2, s.Scored)
-	require.InDelta(t, 0.5, s.ResolvedRate, 1e-12)
+	// The headline rate counts the unscored one as 0 (Harbor's); the rate
+	// over the scored is beside it.
+	require.InDelta(t, 1.0/3, s.ResolvedRate, 1e-12)
+	require.InDelta(t, 0.5, s.ScoredResolvedRate, 1e-12)
+	require.Equal(t, 1, s.Unscored)
 	require.InDelta(t, 0.15, s.MeanReward, 1e-12)
 	require.Equal(t, 1, s.Outcomes[OutcomeInfraError])
 	require.Equal(t, 2, s.SandboxRetries)

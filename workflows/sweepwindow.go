@@ -162,8 +162,8 @@ func (s *evalSweep) runWindowed(ctx workflow.Context) (EvalSweepResult, error) {
 	if err != nil {
 		return out, err
 	}
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d scored (%.1f%%), mean reward %.3f; %d runs",
-		out.Summary.Resolved, out.Summary.Scored, 100*out.Summary.ResolvedRate, out.Summary.MeanReward, s.w.Runs+1))
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("resolved %d/%d (%.1f%%; %d unscored counted as 0), mean reward %.3f; %d runs",
+		out.Summary.Resolved, out.Summary.Rollouts, 100*out.Summary.ResolvedRate, out.Summary.Unscored, out.Summary.MeanReward, s.w.Runs+1))
 	return out, nil
 }
 

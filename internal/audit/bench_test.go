@@ -32,6 +32,11 @@ func TestBenchmarkStaticLabels(t *testing.T) {
 		if got := len(s.Shortcuts) > 0; got != (label == ShortcutSolution) {
 			t.Errorf("%s (%q): shortcuts %v", name, label, s.Shortcuts)
 		}
+		// Sound tasks (real-task-shaped ones among them) must not be hard
+		// rejected for a leak that reading claims.
+		if label == "" && len(s.Leaks) > 0 {
+			t.Errorf("%s (sound): leaks %v", name, s.Leaks)
+		}
 		if label == TestLeakage && len(s.Leaks) == 0 && s.Agents.Leak == "" {
 			t.Errorf("%s: a leak task with neither a static finding nor a leak seeker", name)
 		}

@@ -103,7 +103,7 @@ func namesDir(text, d string) bool {
 		if end < len(text) && text[end] == '/' {
 			end++
 		}
-		if end == len(text) || !isPathChar(text[end]) {
+		if pathEndsAt(text, end) {
 			return true
 		}
 		i = i + j + 1
@@ -117,11 +117,22 @@ func containsPath(text, p string) bool {
 			return false
 		}
 		end := i + j + len(p)
-		if end == len(text) || !isPathChar(text[end]) || text[end] == '/' {
+		if pathEndsAt(text, end) || text[end] == '/' {
 			return true
 		}
 		i = i + j + 1
 	}
+}
+
+// pathEndsAt reports whether a path in text ends at end, as a reader reads
+// it: what follows is no path character, or a full stop (or an ellipsis)
+// that ends the sentence: "write /app/out.txt." names /app/out.txt, while
+// /app/out.txt.bak is another file. Quotes and backticks end a path too.
+func pathEndsAt(text string, end int) bool {
+	for end < len(text) && text[end] == '.' {
+		end++
+	}
+	return end == len(text) || !isPathChar(text[end])
 }
 
 func isPathChar(c byte) bool {
@@ -189,35 +200,7 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 	}
 	s.Agents = buildAgents(s.Outputs, s.Inputs, instr, string(sol))
 
-	// Test leakage that reading proves: test code in the image or the
-	// instruction. Expected values in the image are found by the leak
-	// seeker, which exploits them (Agents.Leak).
-	df := env[task.DockerfileFile]
-	for name, src := range tests {
-		base := filepath.Base(name)
-		for _, l := range strings.Split(df, "\n") {
-			f := strings.Fields(strings.ToUpper(l))
-			if len(f) > 0 && (f[0] == "COPY" || f[0] == "ADD") && (strings.Contains(l, base) || strings.Contains(l, "tests")) {
-				s.Leaks = append(s.Leaks, fmt.Sprintf("environment/Dockerfile copies test code into the image: %q", strings.TrimSpace(l)))
-			}
-		}
-		for _, line := range strings.Split(src, "\n") {
-			line = strings.TrimSpace(line)
-			if len(line) < 30 || !strings.Contains(line, "assert") {
-				continue
-			}
-			if strings.Contains(instr, line) {
-				s.Leaks = append(s.Leaks, fmt.Sprintf("instruction.md contains test code from %s: %q", name, line))
-				break
-			}
-			for ename, econtent := range env {
-				if strings.Contains(econtent, line) {
-					s.Leaks = append(s.Leaks, fmt.Sprintf("%s contains test code from %s: %q", ename, name, line))
-					break
-				}
-			}
-		}
-	}
+	s.Leaks = staticLeaks(tests, env, instr)
 
 	// Shortcuts: the solution reads the tests, or writes their literals.
 	script := string(sol)
@@ -226,8 +209,8 @@ func Analyze(t *task.Task, cfg Config) (Static, error) {
 			s.Shortcuts = append(s.Shortcuts, fmt.Sprintf("solution/solve.sh touches %s", needle))
 		}
 	}
-	for name := range tests {
-		if b := filepath.Base(name); strings.Contains(script, b) {
+	for name, src := range tests {
+		if b := filepath.Base(name); strings.Contains(script, b) && isTestCode(src) {
 			s.Shortcuts = append(s.Shortcuts, fmt.Sprintf("solution/solve.sh names the test file %s", b))
 		}
 	}
@@ -323,4 +306,45 @@ func hasToken(s, v string) bool {
 		return strings.Contains(s, v)
 	}
 	return regexp.MustCompile(`(^|[^\w.])` + regexp.QuoteMeta(v) + `($|[^\w.])`).MatchString(s)
+}
+
+// staticLeaks is the test leakage that reading proves: test code in the
+// image or the instruction.
+func staticLeaks(tests, env map[string]string, instr string) []string {
+	var leaks []string
+	// Test leakage that reading proves: test code in the image or the
+	// instruction. Only what the built image holds counts (the Dockerfile
+	// and the context files it copies), and only test code (a generator the
+	// image and the tests both run is a shared input). Expected values in
+	// the image are found by the leak seeker, which exploits them
+	// (Agents.Leak).
+	image := imageFiles(env, env[task.DockerfileFile])
+	for _, name := range sortedKeys(tests) {
+		src := tests[name]
+		if !isTestCode(src) {
+			continue
+		}
+		for _, iname := range sortedKeys(image) {
+			if iname != task.DockerfileFile && filepath.Base(iname) == filepath.Base(name) && isTestCode(image[iname]) {
+				leaks = append(leaks, fmt.Sprintf("environment/Dockerfile copies test code into the image: %s (a copy of %s)", iname, name))
+			}
+		}
+		for _, line := range strings.Split(src, "\n") {
+			line = strings.TrimSpace(line)
+			if len(line) < 30 || !strings.Contains(line, "assert") {
+				continue
+			}
+			if strings.Contains(instr, line) {
+				leaks = append(leaks, fmt.Sprintf("instruction.md contains test code from %s: %q", name, line))
+				break
+			}
+			for _, iname := range sortedKeys(image) {
+				if strings.Contains(image[iname], line) {
+					leaks = append(leaks, fmt.Sprintf("%s, in the image, contains test code from %s: %q", iname, name, line))
+					break
+				}
+			}
+		}
+	}
+	return leaks
 }

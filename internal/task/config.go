@@ -23,8 +23,10 @@ const (
 
 // Defaults applied when task.toml leaves a field out.
 const (
-	DefaultAgentTimeoutSec    = 600
-	DefaultVerifierTimeoutSec = 120
+	// DefaultAgentTimeoutSec 0 is Harbor's "no agent timeout": the agent
+	// phase is bounded by the turn cap and MaxTimeoutSec (AgentDeadlineSec).
+	DefaultAgentTimeoutSec    = 0
+	DefaultVerifierTimeoutSec = 600 // Harbor's
 	DefaultBuildTimeoutSec    = 600
 	DefaultCPUs               = 1
 	DefaultMemoryMB           = 2048
@@ -40,6 +42,7 @@ type Config struct {
 	Difficulty string
 	Tags       []string
 
+	// AgentTimeoutSec 0: none given (Harbor runs the agent without one).
 	AgentTimeoutSec    float64
 	VerifierTimeoutSec float64
 	BuildTimeoutSec    float64
@@ -56,8 +59,16 @@ type Config struct {
 	Env         map[string]string
 	SolutionEnv map[string]string
 	// DockerImage is used as the sandbox image when it is present on the
-	// host; otherwise environment/Dockerfile is built.
+	// host; otherwise environment/Dockerfile is built, or, with no
+	// Dockerfile, the image through the base map.
 	DockerImage string
+	// Workdir (environment.workdir) replaces the image's WORKDIR for every
+	// phase; AgentUser (agent.user) runs the oracle's and scripted agents'
+	// commands; VerifierUser (verifier.user) is read but the sealed verifier
+	// runs as root (docs/task-format.md).
+	Workdir      string
+	AgentUser    string
+	VerifierUser string
 	// Artifacts are paths copied out of the sandbox after verification into
 	// the rollout record (plus /logs/artifacts, Harbor's convention directory).
 	Artifacts []Artifact
@@ -103,9 +114,13 @@ func ParseConfig(file string, b []byte) (Config, []string, Errors) {
 	cfg.VerifierTimeoutSec = p.num("verifier.timeout_sec", cfg.VerifierTimeoutSec, 1, MaxTimeoutSec)
 	cfg.BuildTimeoutSec = p.num("environment.build_timeout_sec", cfg.BuildTimeoutSec, 1, MaxTimeoutSec)
 	cfg.CPUs = p.num("environment.cpus", cfg.CPUs, 0.1, MaxCPUs)
-	cfg.MemoryMB = int64(p.num("environment.memory_mb", float64(cfg.MemoryMB), 64, MaxMemoryMB))
+	cfg.MemoryMB = p.size("environment.memory", "environment.memory_mb", cfg.MemoryMB, 64, MaxMemoryMB)
 	cfg.Pids = int64(p.num("environment.pids_limit", float64(cfg.Pids), 16, MaxPids))
-	cfg.StorageMB = int64(p.num("environment.storage_mb", float64(cfg.StorageMB), MinStorageMB, MaxStorageMB))
+	cfg.StorageMB = p.size("environment.storage", "environment.storage_mb", cfg.StorageMB, MinStorageMB, MaxStorageMB)
+	cfg.Workdir = p.absPath("environment.workdir")
+	cfg.AgentUser = p.user("agent.user")
+	cfg.VerifierUser = p.user("verifier.user")
+	p.linux("environment.os")
 	cfg.AllowInternet = p.boolean("environment.allow_internet", false)
 	cfg.VerifierEnv = p.envMap("verifier.env")
 	cfg.Env = p.envMap("environment.env")
@@ -122,8 +137,9 @@ var known = map[string]bool{
 	"version": true, "schema_version": true, "source": true,
 	"task": true, "task.name": true, "task.description": true, "task.authors": true, "task.keywords": true,
 	"metadata": true,
-	"agent":    true, "agent.timeout_sec": true,
+	"agent":    true, "agent.timeout_sec": true, "agent.user": true,
 	"verifier": true, "verifier.timeout_sec": true, "verifier.env": true, "verifier.user": true,
+	"environment.memory": true, "environment.storage": true, "environment.workdir": true, "environment.os": true,
 	"environment": true, "environment.build_timeout_sec": true, "environment.cpus": true,
 	"environment.memory_mb": true, "environment.storage_mb": true, "environment.allow_internet": true,
 	"environment.pids_limit": true, "environment.gpus": true, "environment.docker_image": true,
@@ -141,10 +157,10 @@ var unsupportedKeys = map[string]string{
 	"environment.skills_dir":    "skills are not copied for the agent",
 	"environment.network_mode":  "only allow_internet is honoured (true: a bridge network, else none)",
 	"environment.allowed_hosts": "no allowlist: the sandbox has no network unless allow_internet = true",
-	"agent.user":                "the agent runs as the image's user",
+	"agent.user":                "model agents' terminal runs as root; the oracle and scripted commands run as agent.user",
 	"agent.network_mode":        "the network is the environment's for every phase",
 	"agent.allowed_hosts":       "the network is the environment's for every phase",
-	"verifier.user":             "the verifier runs as root",
+	"verifier.user":             "the sealed verifier runs as root",
 	"verifier.network_mode":     "the sealed verifier runs with the environment's network",
 	"verifier.allowed_hosts":    "the sealed verifier runs with the environment's network",
 }

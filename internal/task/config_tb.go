@@ -11,34 +11,56 @@ import (
 // envTemplate is Harbor's ${VAR} / ${VAR:-default}.
 var envTemplate = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}`)
 
-// envMap reads a table of environment variables. Harbor resolves ${VAR}
-// from the host; t1flow does not pass the worker's environment into sandboxes
-// (a task must behave the same on every host, and host secrets stay out), so
-// ${VAR:-default} becomes its default and a bare ${VAR} is an error.
+// envMap reads a table of environment variables. As in Harbor, ${VAR} and
+// ${VAR:-default} are read from the environment of the worker that runs the
+// sandbox (ResolveEnv), so an LLM-judge verifier's API key stays on the
+// worker; the import names each such variable.
 func (p *parser) envMap(key string) map[string]string {
 	m := p.strMap(key)
 	for _, k := range sortedKeys(m) {
-		v := m[k]
 		if !validEnvName(k) {
 			p.fail(key+"."+k, "is not a valid environment variable name")
 			continue
 		}
-		bad := ""
-		m[k] = envTemplate.ReplaceAllStringFunc(v, func(t string) string {
-			sub := envTemplate.FindStringSubmatch(t)
-			if sub[2] == "" {
-				bad = sub[1]
-				return t
-			}
-			return sub[3]
-		})
-		if bad != "" {
-			p.fail(key+"."+k, fmt.Sprintf("= %q reads host variable %s: t1flow never passes the worker's environment into a sandbox; write the value, or ${%s:-default}", v, bad, bad))
-		} else if m[k] != v {
-			p.warnings = append(p.warnings, fmt.Sprintf("%s: %s.%s = %q: host variables are not read, using %q", p.file, key, k, v, m[k]))
+		for _, sub := range envTemplate.FindAllStringSubmatch(m[k], -1) {
+			p.warnings = append(p.warnings, fmt.Sprintf("%s: %s.%s reads %s from the worker's environment when the sandbox runs", p.file, key, k, sub[0]))
 		}
 	}
 	return m
+}
+
+// ResolveEnv fills in ${VAR} and ${VAR:-default} in environment.env,
+// verifier.env and solution.env from lookup (the worker's environment). A
+// bare ${VAR} that lookup lacks is an error naming the variable.
+func (c Config) ResolveEnv(lookup func(string) (string, bool)) (Config, error) {
+	var missing []string
+	resolve := func(section string, m map[string]string) map[string]string {
+		if len(m) == 0 {
+			return m
+		}
+		out := make(map[string]string, len(m))
+		for _, k := range sortedKeys(m) {
+			out[k] = envTemplate.ReplaceAllStringFunc(m[k], func(t string) string {
+				sub := envTemplate.FindStringSubmatch(t)
+				if v, ok := lookup(sub[1]); ok {
+					return v
+				}
+				if sub[2] != "" {
+					return sub[3]
+				}
+				missing = append(missing, fmt.Sprintf("%s.%s = %q needs %s", section, k, m[k], sub[1]))
+				return t
+			})
+		}
+		return out
+	}
+	c.Env = resolve("environment.env", c.Env)
+	c.VerifierEnv = resolve("verifier.env", c.VerifierEnv)
+	c.SolutionEnv = resolve("solution.env", c.SolutionEnv)
+	if len(missing) > 0 {
+		return c, fmt.Errorf("task.toml: %s, which the worker's environment does not set: set it where the worker runs, or write ${VAR:-default}", strings.Join(missing, "; "))
+	}
+	return c, nil
 }
 
 func validEnvName(k string) bool {

@@ -66,22 +66,7 @@ func Load(dir string) (*Task, error) {
 		return nil, &FieldError{File: dir, Msg: "is not a directory"}
 	}
 	var errs Errors
-	for _, f := range []string{InstructionFile, ConfigFile, DockerfileFile, SolutionFile, TestScriptFile} {
-		p := filepath.Join(dir, f)
-		fi, err := os.Stat(p)
-		switch {
-		case err != nil:
-			errs = append(errs, &FieldError{File: p, Msg: "missing (every Harbor task needs it)"})
-		case fi.IsDir():
-			errs = append(errs, &FieldError{File: p, Msg: "is a directory, expected a file"})
-		case fi.Size() == 0 && f != SolutionFile:
-			errs = append(errs, &FieldError{File: p, Msg: "is empty"})
-		}
-	}
 	t := &Task{Dir: dir, Name: filepath.Base(filepath.Clean(dir))}
-	if b, err := os.ReadFile(filepath.Join(dir, InstructionFile)); err == nil {
-		t.Instruction = string(b)
-	}
 	cfgPath := filepath.Join(dir, ConfigFile)
 	if b, err := os.ReadFile(cfgPath); err == nil {
 		cfg, warns, cerrs := ParseConfig(cfgPath, b)
@@ -92,10 +77,30 @@ func Load(dir string) (*Task, error) {
 			t.Name = cfg.Name
 		}
 	}
+	for _, f := range []string{InstructionFile, ConfigFile, DockerfileFile, SolutionFile, TestScriptFile} {
+		p := filepath.Join(dir, f)
+		fi, err := os.Stat(p)
+		switch {
+		case err != nil && f == DockerfileFile && t.Config.DockerImage != "":
+			// Harbor: environment.docker_image makes the Dockerfile optional.
+		case err != nil:
+			errs = append(errs, &FieldError{File: p, Msg: "missing (every Harbor task needs it)"})
+		case fi.IsDir():
+			errs = append(errs, &FieldError{File: p, Msg: "is a directory, expected a file"})
+		case fi.Size() == 0 && f != SolutionFile:
+			errs = append(errs, &FieldError{File: p, Msg: "is empty"})
+		}
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, InstructionFile)); err == nil {
+		t.Instruction = string(b)
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, DockerfileFile)); err == nil {
 		if !hasFrom(string(b)) {
 			errs = append(errs, &FieldError{File: filepath.Join(dir, DockerfileFile), Msg: "has no FROM instruction"})
 		}
+		t.Warnings = append(t.Warnings, baseWarnings(filepath.Join(dir, DockerfileFile), string(b))...)
+	} else if img := t.Config.DockerImage; img != "" {
+		t.Warnings = append(t.Warnings, baseWarnings(cfgPath+": environment.docker_image", "FROM "+img)...)
 	}
 	if len(errs) > 0 {
 		return nil, errs

@@ -1,0 +1,81 @@
+package sandbox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/testenv"
+)
+
+// writeImageTask is a task whose Dockerfile is the image check: a build that
+// passes proves the FROM line's base has what the RUN lines use.
+func writeImageTask(t *testing.T, name, dockerfile string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), name)
+	for rel, body := range map[string]string{
+		task.InstructionFile: "Nothing to do.\n",
+		task.ConfigFile:      "version = \"1.0\"\n",
+		task.DockerfileFile:  dockerfile,
+		task.SolutionFile:    "#!/bin/bash\ntrue\n",
+		task.TestScriptFile:  "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n",
+	} {
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, rel)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, rel), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestPythonBasesAreLikeTheOfficialImages: FROM python:3.13-slim-bookworm
+// gets Python 3.13 (Debian trixie's), pip, the python command and no
+// EXTERNALLY-MANAGED marker, so `pip install` works as in the official
+// image; python:3.11 gets bookworm's 3.11; debian:13 is trixie, with the
+// marker kept.
+func TestPythonBasesAreLikeTheOfficialImages(t *testing.T) {
+	d := testenv.Docker(t)
+	ctx := context.Background()
+	for name, df := range map[string]string{
+		"py313": "FROM python:3.13-slim-bookworm\n" +
+			"RUN python -c 'import sys; assert sys.version_info[:2] == (3, 13), sys.version'\n" +
+			"RUN pip --version && ! ls /usr/lib/python3*/EXTERNALLY-MANAGED\n" +
+			// copy.replace is new in Python 3.13.
+			"RUN python -c 'import copy, dataclasses; copy.replace'\n",
+		"py311": "FROM python:3.11-slim\n" +
+			"RUN python -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' && pip --version && python -m venv /tmp/v\n",
+		"deb13": "FROM debian:13-slim\n" +
+			"RUN grep -q 'VERSION_CODENAME=trixie' /etc/os-release && ls /usr/lib/python3.13/EXTERNALLY-MANAGED\n",
+	} {
+		tk, err := task.Load(writeImageTask(t, name, df))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := d.EnsureTaskImage(ctx, tk, func(l string) { t.Log(l) }); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// TestDockerImageWithoutDockerfile: Harbor's docker_image makes the
+// Dockerfile optional; offline the image goes through the base map.
+func TestDockerImageWithoutDockerfile(t *testing.T) {
+	d := testenv.Docker(t)
+	dir := writeImageTask(t, "img-only", "FROM scratch\n")
+	os.RemoveAll(filepath.Join(dir, "environment"))
+	os.WriteFile(filepath.Join(dir, task.ConfigFile), []byte("[environment]\ndocker_image = \"python:3.13-slim\"\n"), 0o644)
+	tk, err := task.Load(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := d.EnsureTaskImage(context.Background(), tk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(img, "t1flow-task:") {
+		t.Fatalf("image %s", img)
+	}
+}
