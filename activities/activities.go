@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -19,6 +20,7 @@ import (
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/tfevents"
 	"github.com/t1flow/t1flow/sandbox"
 )
 
@@ -313,6 +315,15 @@ func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error 
 // StoreJSON writes a document to the artifact store for a workflow.
 func (a *Activities) StoreJSON(ctx context.Context, in StoreJSONInput) (store.Ref, error) {
 	ref, err := store.PutJSON(ctx, a.Store, in.Key, in.Value)
+	if err != nil {
+		return ref, errs.Infraf("store %s: %v", in.Key, err)
+	}
+	return ref, nil
+}
+
+// StoreEvents writes a TensorBoard event file to the artifact store for a workflow.
+func (a *Activities) StoreEvents(ctx context.Context, in StoreEventsInput) (store.Ref, error) {
+	ref, err := a.Store.Put(ctx, in.Key, bytes.NewReader(tfevents.File(in.WallTime, in.Steps)))
 	if err != nil {
 		return ref, errs.Infraf("store %s: %v", in.Key, err)
 	}

@@ -310,3 +310,12 @@ type StoreJSONInput struct {
 	Key   string `json:"key"`
 	Value any    `json:"value"`
 }
+
+// StoreEventsInput writes one TensorBoard event file (internal/tfevents) to
+// the artifact store: Scalars at each step, stamped with WallTime (Unix
+// seconds, the workflow's clock).
+type StoreEventsInput struct {
+	Key      string                       `json:"key"`
+	WallTime float64                      `json:"wall_time"`
+	Steps    map[int64]map[string]float64 `json:"steps"`
+}

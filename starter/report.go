@@ -124,53 +124,6 @@ func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 	return n
 }
 
-// lineChart draws series over x as a small SVG.
-func lineChart(title string, x []int, series map[string][]float64) string {
-	const w, h, pad = 420.0, 180.0, 36.0
-	lo, hi := math.Inf(1), math.Inf(-1)
-	for _, ys := range series {
-		for _, y := range ys {
-			lo, hi = math.Min(lo, y), math.Max(hi, y)
-		}
-	}
-	if len(x) == 0 || math.IsInf(lo, 0) {
-		return fmt.Sprintf("<h3>%s</h3><p>no data</p>", html.EscapeString(title))
-	}
-	if hi == lo {
-		hi, lo = hi+0.5, lo-0.5
-	}
-	px := func(i int) float64 {
-		if len(x) == 1 {
-			return w / 2
-		}
-		return pad + float64(i)*(w-2*pad)/float64(len(x)-1)
-	}
-	py := func(y float64) float64 { return h - pad - (y-lo)/(hi-lo)*(h-2*pad) }
-	colors := []string{"#1f77b4", "#d62728", "#2ca02c", "#9467bd"}
-	var b strings.Builder
-	fmt.Fprintf(&b, `<figure><figcaption>%s</figcaption><svg width="%.0f" height="%.0f" viewBox="0 0 %.0f %.0f" xmlns="http://www.w3.org/2000/svg">`, html.EscapeString(title), w, h, w, h)
-	fmt.Fprintf(&b, `<line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#999"/><line x1="%.0f" y1="%.0f" x2="%.0f" y2="%.0f" stroke="#999"/>`, pad, h-pad, w-pad, h-pad, pad, pad, pad, h-pad)
-	fmt.Fprintf(&b, `<text x="4" y="%.0f" font-size="10">%.3g</text><text x="4" y="%.0f" font-size="10">%.3g</text>`, py(hi)+4, hi, py(lo)+4, lo)
-	for i, xv := range x {
-		fmt.Fprintf(&b, `<text x="%.1f" y="%.0f" font-size="10" text-anchor="middle">%d</text>`, px(i), h-pad+14, xv)
-	}
-	k := 0
-	for _, name := range sortedStrings(series) {
-		ys := series[name]
-		c := colors[k%len(colors)]
-		var pts []string
-		for i, y := range ys {
-			pts = append(pts, fmt.Sprintf("%.1f,%.1f", px(i), py(y)))
-			fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s step %d: %.4g</title></circle>`, px(i), py(y), c, html.EscapeString(name), x[i], y)
-		}
-		fmt.Fprintf(&b, `<polyline points="%s" fill="none" stroke="%s" stroke-width="2"/>`, strings.Join(pts, " "), c)
-		fmt.Fprintf(&b, `<text x="%.0f" y="%d" font-size="11" fill="%s">%s</text>`, w-pad-110, 14+14*k, c, html.EscapeString(name))
-		k++
-	}
-	b.WriteString("</svg></figure>")
-	return b.String()
-}
-
 func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<!doctype html><meta charset=utf-8><title>t1flow campaign %s</title>", html.EscapeString(n.Campaign))
@@ -187,22 +140,43 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	if retried > 0 {
 		fmt.Fprintf(&b, "<p>%d samples were started again after an R3 abort (routing missing); at most %d retries for one sample.</p>", retried, most)
 	}
-	b.WriteString(lineChart("mean reward and resolved rate per PPO step", n.Steps, map[string][]float64{"reward": n.Reward, "resolved": n.Resolved}))
-	b.WriteString(lineChart("critic explained variance per step", n.Steps, map[string][]float64{"EV": n.EV}))
-	b.WriteString(lineChart("train–inference log-prob gap", n.Steps, map[string][]float64{"with R3": n.GapReplay, "without R3": n.GapFree}))
-	b.WriteString(lineChart("mean turns per rollout", n.Steps, map[string][]float64{"turns": n.Turns}))
+	steps := stepTicks(n.Steps)
+	b.WriteString(chart{Title: "mean reward and resolved rate per PPO step (its own rollouts)", XLabel: "PPO step", YLabel: "rate (0-1)",
+		X: steps, Series: map[string][]float64{"reward": n.Reward, "resolved": n.Resolved}, Rates: true}.svg())
+	b.WriteString(evChart(n))
+	b.WriteString(chart{Title: "train-inference log-prob gap", XLabel: "PPO step", YLabel: "mean |Δ log-prob|", X: steps,
+		Series: map[string][]float64{"with R3": n.GapReplay, "without R3": n.GapFree}}.svg())
+	b.WriteString(chart{Title: "mean turns per rollout", XLabel: "PPO step", YLabel: "turns", X: steps, Series: map[string][]float64{"turns": n.Turns}}.svg())
 	b.WriteString("<h2>Evals per checkpoint</h2><table><tr><th>checkpoint</th><th>policy</th><th>resolved</th><th>mean reward</th><th>mean turns</th><th>rollouts</th></tr>")
 	for _, e := range rep.State.Evals {
 		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%.1f%%</td><td>%.3f</td><td>%.1f</td><td>%d</td></tr>", html.EscapeString(e.Label), html.EscapeString(e.WeightVersion),
 			100*e.Summary.ResolvedRate, e.Summary.MeanReward, e.Summary.MeanTurns, e.Summary.Rollouts)
 	}
 	b.WriteString("</table>")
-	var x []int
+	var x []string
 	var rr, mr []float64
-	for i, e := range rep.State.Evals {
-		x = append(x, i)
+	for _, e := range rep.State.Evals {
+		x = append(x, e.Label)
 		rr, mr = append(rr, e.Summary.ResolvedRate), append(mr, e.Summary.MeanReward)
 	}
-	b.WriteString(lineChart("eval results per checkpoint (x: checkpoint index in the table)", x, map[string][]float64{"resolved rate": rr, "mean reward": mr}))
+	b.WriteString(chart{Title: "evals per checkpoint", XLabel: "checkpoint", YLabel: "rate (0-1)", X: x,
+		Series: map[string][]float64{"resolved rate": rr, "mean reward": mr}, Rates: true}.svg())
 	return b.String()
+}
+
+// evChart is the critic's explained variance: cold (the untrained critic on
+// the first warm-up rollouts), warm (on rollouts it was not fitted on), then
+// each PPO step's (the critic before the step, on the step's fresh rollouts).
+func evChart(n ReportNumbers) string {
+	x := append([]string{"cold", "warm"}, stepTicks(n.Steps)...)
+	ev := []float64{math.NaN(), math.NaN()}
+	if n.ColdEV != nil {
+		ev[0] = *n.ColdEV
+	}
+	if n.WarmEV != nil {
+		ev[1] = *n.WarmEV
+	}
+	ev = append(ev, n.EV...)
+	return chart{Title: "critic explained variance: warm-up, then per PPO step (below -1 drawn at -1)", XLabel: "warm-up / PPO step",
+		YLabel: "explained variance", X: x, Series: map[string][]float64{"EV": ev}, Fixed: true, Lo: -1, Hi: 1}.svg()
 }

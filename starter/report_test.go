@@ -43,6 +43,19 @@ func TestReportRendersPlotsAndNumbers(t *testing.T) {
 	if !strings.Contains(out.String(), "step 2 (): 0/0 trained, reward 0.200, turns 3.0, 3 retried after aborts (samples by retries [5 2 0 1], max 3)") {
 		t.Fatalf("status does not show the retries:\n%s", out.String())
 	}
+	for _, want := range []string{">PPO step</text>", ">rate (0-1)</text>", ">explained variance</text>", ">cold</text>", ">warm</text>"} {
+		if !strings.Contains(h, want) {
+			t.Errorf("html has no %q (axis labels, the EV plot's cold and warm points)", want)
+		}
+	}
+	// The rate plots' axes are 0-1 whatever the data: 0 and 1 tick labels on each.
+	for _, fig := range strings.Split(h, "<figure>") {
+		if strings.Contains(fig, "mean reward and resolved rate") || strings.Contains(fig, "evals per checkpoint") {
+			if !strings.Contains(fig, `text-anchor="end">1</text>`) || !strings.Contains(fig, `text-anchor="end">0</text>`) {
+				t.Errorf("a rate plot is not on a fixed 0-1 axis:\n%s", fig)
+			}
+		}
+	}
 	if strings.Count(h, "<svg") != 5 || !strings.Contains(h, "log-prob gap") || !strings.Contains(h, "<td>final</td><td>v5</td><td>50.0%") {
 		t.Fatalf("html:\n%s", h)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/campaign"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
 
@@ -37,10 +38,15 @@ func campaignBaseEnv(t *testing.T, tasks []task.Ref, initErr ...error) (*testsui
 	}, initErr...)
 }
 
+// storedEvents are the TensorBoard event files the campaign of the last
+// campaignSaveEnv stored (the tests of this package do not run in parallel).
+var storedEvents []activities.StoreEventsInput
+
 // campaignSaveEnv is campaignBaseEnv whose checkpoint saves answer save.
 func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (gpu.Checkpoint, error), initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
+	storedEvents = nil
 	env.RegisterActivity(&gpu.Activities{})
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
@@ -59,7 +65,12 @@ func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (g
 	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return("v0", nil)
 	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return(tasks, nil)
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
-	env.OnWorkflow(CriticWarmupWorkflow, mock.Anything, mock.Anything).Return(WarmupResult{}, nil)
+	env.OnActivity(act.StoreEvents, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.StoreEventsInput) (store.Ref, error) {
+		storedEvents = append(storedEvents, in)
+		return store.Ref{}, nil
+	})
+	cold, warm := -2.5, 0.75
+	env.OnWorkflow(CriticWarmupWorkflow, mock.Anything, mock.Anything).Return(WarmupResult{ColdEV: &cold, WarmEV: &warm}, nil)
 	var cfg campaign.Config
 	cfg.Name, cfg.S, cfg.Policy.Init, cfg.Policy.Seed, cfg.Policy.Inference = "c", 20, "random", 5, []string{"http://replica"}
 	cfg.PPO.Steps, cfg.PPO.TasksPerStep, cfg.PPO.Concurrency, cfg.PPO.ContinueAsNewEvery = 2, 1, 1, 10

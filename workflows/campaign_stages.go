@@ -12,6 +12,7 @@ import (
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/tfevents"
 )
 
 // The campaign's stages: checkpoints loaded into inference, SFT, and the eval
@@ -230,7 +231,56 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	}
 	res.Checkpoint = c.st.Checkpoint.Name
 	c.st.Steps = append(c.st.Steps, res)
+	if workflow.GetVersion(ctx, "tensorboard-events", workflow.DefaultVersion, 1) == 1 {
+		c.storeEvents(ctx, res)
+	}
 	return nil
+}
+
+// storeEvents writes the step's metrics as a TensorBoard event file under
+// campaigns/<name>/tensorboard/<name>/ (the run is the campaign), one file
+// per step, so `tensorboard --logdir <store>/campaigns/<name>/tensorboard`
+// shows the curves while the campaign runs. The first step's file also holds
+// the warm-up's cold and warm explained variance at step 0. A failed write
+// is logged, not a failed step: the step record is the source of truth.
+func (c *campaignRun) storeEvents(ctx workflow.Context, res StepRecord) {
+	steps := map[int64]map[string]float64{int64(res.Step): StepScalars(res)}
+	if res.Step == 1 {
+		w := map[string]float64{}
+		if c.st.ColdEV != nil {
+			w["critic/warmup_ev_cold"] = *c.st.ColdEV
+		}
+		if c.st.WarmEV != nil {
+			w["critic/warmup_ev_warm"] = *c.st.WarmEV
+		}
+		steps[0] = w
+	}
+	now := workflow.Now(ctx)
+	wall := float64(now.UnixNano()) / 1e9
+	name := ids.Clean(c.cfg.Name)
+	key := fmt.Sprintf("campaigns/%s/tensorboard/%s/%s", name, name, tfevents.FileName(wall, fmt.Sprintf("%s.step-%06d", ids.Clean(c.st.Epoch), res.Step)))
+	err := workflow.ExecuteActivity(c.controlCtx(ctx, fmt.Sprintf("TensorBoard events of step %d", res.Step)), act.StoreEvents,
+		activities.StoreEventsInput{Key: key, WallTime: wall, Steps: steps}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("TensorBoard events not stored", "step", res.Step, "error", err)
+	}
+}
+
+// StepScalars are a PPO step's numbers as TensorBoard tags: the trainer's
+// metrics under ppo/ (explained_variance, policy_loss, approx_kl, ...), the
+// rollouts' under rollout/.
+func StepScalars(s StepRecord) map[string]float64 {
+	out := map[string]float64{
+		"rollout/reward_mean": s.RewardMean, "rollout/resolved_rate": s.ResolvedRate, "rollout/mean_turns": s.MeanTurns,
+		"rollout/trained": float64(s.Trained), "rollout/aborted": float64(s.Aborted), "rollout/failed": float64(s.Failed),
+		"rollout/stale": float64(s.Stale), "rollout/tampered": float64(s.Tampered),
+	}
+	for k, v := range s.Metrics {
+		if f, ok := v.(float64); ok {
+			out["ppo/"+k] = f
+		}
+	}
+	return out
 }
 
 // runBatch waits for a child that rolls out a batch at the campaign's

@@ -1,0 +1,62 @@
+"""Does the critic explain the return? A batch whose return is decided by an
+early token: the answer is "hello ..." (reward 1) or "world ..." (reward 2/7,
+as the write-hello verifier pays a wrong word), followed by a fixed tail whose
+every token then knows the return. After SFT on the answers' format and a
+critic fit on one batch, the critic's explained variance on trajectories it
+was not fitted on (the next critic_fit's explained_variance_before) must
+reach 0.9 (the ceiling here is about 0.97: only the value before the first
+answer token cannot know the word).
+
+It failed before the critic was started from the SFT policy: the critic was
+the random init's body, which SFT never trains (docs/learning.md).
+"""
+import torch
+
+import model as M
+import ppo
+from helpers import make_trainer, write_batch
+
+tok = M.Tokenizer()
+REF = "abcdefghijklmnopqrstuvwxyz0123456789"
+TAIL = " >/app/o and that is all, done."
+WORDS = {"hello": 1.0, "world": 2 / 7}
+
+
+def trajectory(g, word):
+    """A prompt with a random reference code (so no two prompts are equal),
+    then the answer as loss tokens."""
+    code = "".join(REF[int(i)] for i in torch.randint(len(REF), (24,), generator=g))
+    prompt = (tok.encode("<|im_start|><|user|>") + tok.encode(f"Write a word to /app/o. Ref: {code}", allow_special=False)
+              + tok.encode("<|im_end|><|im_start|><|assistant|>"))
+    answer = tok.encode(word + TAIL, allow_special=False) + [tok.im_end]
+    ids = prompt + answer
+    return {"tokens": torch.tensor(ids, dtype=torch.int32),
+            "loss_mask": torch.tensor([0] * len(prompt) + [1] * len(answer), dtype=torch.uint8),
+            "logprobs": torch.zeros(len(ids))}
+
+
+def batch(tmp_path, name, n, seed, p_hello=0.6):
+    g = torch.Generator().manual_seed(seed)
+    words = ["hello" if float(torch.rand(1, generator=g)) < p_hello else "world" for _ in range(n)]
+    words[0], words[1] = "hello", "world"   # both returns in every batch
+    trajs = [trajectory(g, w) for w in words]
+    return write_batch(tmp_path / name, trajs, [WORDS[w] for w in words], temperature=None)
+
+
+def sft_then_fit(tmp_path):
+    torch.manual_seed(0)
+    tr = make_trainer(tmp_path / "w", seed=0)
+    sft = batch(tmp_path, "sft", 16, 1, p_hello=0.5)
+    tr._run("sft", {"key": "sft", "batch_dir": sft, "preset": "small",
+                    "hyper": {"epochs": 4, "minibatches": 8, "actor_lr": 1e-3}}, tr.sft)
+    fit = {"preset": "small", "hyper": {"epochs": 10}}
+    first = tr._run("critic_fit", {"key": "critic/1", "batch_dir": batch(tmp_path, "a", 16, 2), **fit}, tr.critic_fit)
+    held = tr._run("critic_fit", {"key": "critic/2", "batch_dir": batch(tmp_path, "b", 16, 3), **fit}, tr.critic_fit)
+    return tr, first, held
+
+
+def test_fitted_critic_explains_the_return_on_held_out_trajectories(tmp_path):
+    tr, first, held = sft_then_fit(tmp_path)
+    ev = held["explained_variance_before"]
+    print(f"cold EV {first['explained_variance_before']:.3f}, fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
+    assert ev >= 0.9, f"held-out explained variance {ev:.3f} < 0.9 (cold {first['explained_variance_before']:.3f}, in sample {first['explained_variance']:.3f})"
