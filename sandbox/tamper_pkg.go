@@ -30,13 +30,17 @@ import (
 // (/var/lib/dpkg/info/*.md5sums) are never trusted.
 
 // DebianMirrors are the pool roots packages are fetched from, in order:
-// T1FLOW_DEBIAN_MIRRORS (space-separated) or Debian's and its security
-// archive's.
+// T1FLOW_DEBIAN_MIRRORS (space-separated), or the apt sources' mirror
+// (AptMirror) and, beside it, its security archive.
 func DebianMirrors() []string {
 	if v := strings.Fields(os.Getenv("T1FLOW_DEBIAN_MIRRORS")); len(v) > 0 {
 		return v
 	}
-	return []string{"http://deb.debian.org/debian", "http://deb.debian.org/debian-security"}
+	m := strings.TrimRight(AptMirror(), "/")
+	if root, ok := strings.CutSuffix(m, "/debian"); ok {
+		return []string{m, root + "/debian-security"}
+	}
+	return []string{m}
 }
 
 // DebCache holds the .deb files fetched to check a sandbox's files against,
