@@ -430,27 +430,3 @@ func maxNewTokens(agent AgentSpec) int {
 	}
 	return agent.MaxNewTokens
 }
-
-func toInt32(v []int) []int32 {
-	out := make([]int32, len(v))
-	for i, x := range v {
-		out[i] = int32(x)
-	}
-	return out
-}
-
-func toInts(v []int32) []int {
-	out := make([]int, len(v))
-	for i, x := range v {
-		out[i] = int(x)
-	}
-	return out
-}
-
-func ones(n int) []uint8 {
-	out := make([]uint8, n)
-	for i := range out {
-		out[i] = 1
-	}
-	return out
-}
