@@ -204,6 +204,19 @@ func (v *VLLM) UpdateWeights(ctx context.Context, dir, version string) error {
 	if err := v.do(ctx, http.MethodPost, "/collective_rpc", body, nil); err != nil {
 		return err
 	}
+	// The prefix cache's KV blocks were computed with the weights before:
+	// reload_weights keeps them, so a prompt seen before would be continued
+	// on the old weights' keys and values. vLLM answers success false while
+	// blocks are still held (requests in flight): the reload is not usable yet.
+	var reset struct {
+		Success *bool `json:"success"`
+	}
+	if err := v.do(ctx, http.MethodPost, "/reset_prefix_cache", map[string]any{}, &reset); err != nil {
+		return err
+	}
+	if reset.Success != nil && !*reset.Success {
+		return fmt.Errorf("vllm %s: /reset_prefix_cache after reloading %s answered success false (KV blocks still in use): the reload is not usable yet", v.BaseURL, dir)
+	}
 	v.SetVersion(version)
 	return nil
 }

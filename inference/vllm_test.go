@@ -57,6 +57,7 @@ type stockVLLM struct {
 	layers, topK, experts int
 	finish                string
 	reloads               []string
+	resets, refuseResets  int // /reset_prefix_cache calls; the first refuseResets answer success false
 	cfg                   string
 }
 
@@ -85,6 +86,9 @@ func (s *stockVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.reloads = append(s.reloads, in.Kwargs["weights_path"])
 		reply(200, map[string]any{"results": []any{nil}})
+	case "/reset_prefix_cache":
+		s.resets++
+		reply(200, map[string]any{"success": s.resets > s.refuseResets})
 	case "/inference/v1/generate":
 		s.generate(r, reply)
 	default:
@@ -218,6 +222,17 @@ func TestVLLMLogprobsFinishAndUsage(t *testing.T) {
 	}
 }
 
+func TestVLLMReloadFailsWhenThePrefixCacheStays(t *testing.T) {
+	s := &stockVLLM{layers: 1, topK: 1, experts: 4, refuseResets: 1}
+	e := newStockVLLM(t, s)
+	if err := e.UpdateWeights(context.Background(), "/ck/v2", "v2"); err == nil || !strings.Contains(err.Error(), "reset_prefix_cache") {
+		t.Fatalf("a refused prefix-cache reset must fail the reload: %v", err)
+	}
+	if g, err := e.Generate(context.Background(), Request{InputIDs: []int{1}, MaxNewTokens: 1}); err != nil || g.WeightVersion == "v2" {
+		t.Fatalf("a failed reload must not be reported as serving v2: %q %v", g.WeightVersion, err)
+	}
+}
+
 func TestVLLMReloadVersionAndFlags(t *testing.T) {
 	s := &stockVLLM{layers: 1, topK: 1, experts: 4, cfg: "model_config=ModelConfig(model='/models/m', enable_return_routed_experts=True, max_model_len=1024)"}
 	e := newStockVLLM(t, s)
@@ -225,8 +240,8 @@ func TestVLLMReloadVersionAndFlags(t *testing.T) {
 	if err := e.UpdateWeights(ctx, "/ck/v2", "v2"); err != nil {
 		t.Fatal(err)
 	}
-	if !reflect.DeepEqual(s.reloads, []string{"/ck/v2"}) {
-		t.Fatalf("reloads %v", s.reloads)
+	if !reflect.DeepEqual(s.reloads, []string{"/ck/v2"}) || s.resets != 1 {
+		t.Fatalf("reloads %v, prefix-cache resets %d (want 1: the old weights' KV blocks must go)", s.reloads, s.resets)
 	}
 	g, err := e.Generate(ctx, Request{InputIDs: []int{1}, MaxNewTokens: 1})
 	if err != nil || g.WeightVersion != "v2" {
