@@ -25,6 +25,9 @@ import (
 func TestStockVLLMGeneratesAndReloads(t *testing.T) {
 	py := os.Getenv("T1FLOW_VLLM_PYTHON")
 	if py == "" {
+		if os.Getenv("T1FLOW_INTEGRATION") == "1" {
+			t.Fatal("T1FLOW_VLLM_PYTHON (a Python with vLLM: the hf env, `make hfenv`) is not set; make test sets it")
+		}
 		t.Skip("T1FLOW_VLLM_PYTHON (a Python with vLLM) is not set")
 	}
 	_, here, _, _ := runtime.Caller(0)

@@ -92,7 +92,14 @@ def skip_unused_experts(opt, model):
     alone, as one rank leaves an expert with no gradient."""
     import torch.distributed as dist
 
-    experts = [e for b in hfmoe.moe_blocks(model) for e in b.experts]
+    # transformers 5 fuses a block's experts into 3D tensors (gate_up_proj,
+    # down_proj): an unused expert's slice then gets a zero gradient on one
+    # rank as on N, so there is nothing to skip. Per-expert modules (a
+    # ModuleList) are not in one rank's graph when unused (no gradient at
+    # all), but FSDP gives them zeros, which Adam would move on.
+    experts = [e for b in hfmoe.moe_blocks(model) if isinstance(b.experts, torch.nn.ModuleList) for e in b.experts]
+    if not experts:
+        return
 
     def ran(mod, _args, _out):
         if torch.is_grad_enabled():
