@@ -2,7 +2,6 @@ package workflows_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -33,12 +32,14 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 		t.Skip("the hf backend's campaign runs with T1FLOW_INTEGRATION=1 (make test)")
 	}
 	model := testenv.HFTinyModel(t, "qwen3_moe")
-	var mc struct {
-		Layers  int `json:"num_hidden_layers"`
-		Experts int `json:"num_experts"`
-		TopK    int `json:"num_experts_per_tok"`
+	// The model's facts as the rollouts read them (transformers 5 writes
+	// Qwen3-MoE's expert count as num_local_experts).
+	b, err := os.ReadFile(filepath.Join(model, "config.json"))
+	if err != nil {
+		t.Fatal(err)
 	}
-	if b, err := os.ReadFile(filepath.Join(model, "config.json")); err != nil || json.Unmarshal(b, &mc) != nil || mc.Layers == 0 {
+	mc, err := inf.FactsFromConfig("tiny qwen3_moe config.json", b)
+	if err != nil || mc.Layers == 0 || mc.Experts == 0 {
 		t.Fatalf("tiny model config: %v %+v", err, mc)
 	}
 	r := newRig(t, true)

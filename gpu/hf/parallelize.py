@@ -56,9 +56,11 @@ def decoder_layers(model):
 def _all_experts_in_graph(block, args, out):
     """Forward hook of an MoE block: its output plus zero times one element of
     every expert's parameters (the same values; every expert in the graph)."""
-    h, logits = out
     zero = sum(p.reshape(-1)[0] for p in block.experts.parameters()) * 0.0
-    return h + zero.to(h.dtype), logits
+    if isinstance(out, tuple):   # transformers 4's blocks answer (hidden, router logits)
+        h, logits = out
+        return h + zero.to(h.dtype), logits
+    return out + zero.to(out.dtype)   # transformers 5's: the hidden states alone
 
 
 def parallelize(model, mesh, bf16, grad_ckpt=False, cpu_offload=False):

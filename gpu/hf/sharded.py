@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 
 import torch
 import torch.distributed as dist
@@ -357,7 +358,7 @@ class ShardedTrainer(T.Trainer):
                     self.store.crash("trained")
             except (httpjson.HTTPError, ValueError, OSError) as e:   # the request's fault (a bad batch or directory): rank 0 failed alike
                 err = e
-                self.log(f"{name}: {e}")
+                self.log(f"{name}: {e}\n{traceback.format_exc()}")
             finally:
                 self._depth = 0
             self._settle(err)
