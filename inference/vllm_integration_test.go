@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -60,10 +61,12 @@ func TestStockVLLMGeneratesAndReloads(t *testing.T) {
 	cmd.Env = append(os.Environ(), "VLLM_SERVER_DEV_MODE=1", "VLLM_CPU_KVCACHE_SPACE=1")
 	logf, _ := os.Create(filepath.Join(dir, "vllm.log"))
 	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	// vLLM's engine core and workers are child processes: end the group.
+	defer func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL); cmd.Wait() }()
 	e, _ := NewEngine(EngineVLLM, fmt.Sprintf("http://127.0.0.1:%d", port), &http.Client{Timeout: 2 * time.Minute})
 	for e.Health(ctx) != nil {
 		if ctx.Err() != nil {
