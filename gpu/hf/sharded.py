@@ -425,6 +425,32 @@ class ShardedTrainer(T.Trainer):
         critic.load_state_dict(shards, strict=True)
         return critic
 
+    def _critic_from_policy(self):
+        """As on one rank: the critic restarts from the SFT policy's body with
+        a fresh value head and optimiser. FSDP2 cannot deep-copy the sharded
+        policy, so its full state is gathered (a collective: every rank) into
+        an unsharded model of the same architecture, the critic is built on
+        that, and then sharded like the first."""
+        import transformers
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        full = get_model_state_dict(self.actor, options=StateDictOptions(full_state_dict=True))
+        with torch.random.fork_rng(devices=[]):   # the global RNG (minibatch order) is left alone
+            body = transformers.AutoModelForCausalLM.from_config(self.actor.config)
+        body.load_state_dict({k: v.detach().to("cpu") for k, v in full.items()})
+        hfmoe.install_routing(body)
+        sharded, self.actor = self.actor, body
+        try:
+            critic = self._critic_from(None)
+        finally:
+            self.actor = sharded
+        del body, full
+        P.parallelize(critic, self.g.mesh, bf16=self.amp, grad_ckpt=self.grad_ckpt, cpu_offload=self.cpu_offload)
+        critic._t1_sharded = True
+        self.critic = critic
+        self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
+        P.skip_unused_experts(self.critic_opt, self.critic)
+
     def _logp(self, inputs, targets, routing, temperature=None):
         """This rank's rows through the policy (with their own routing rows);
         every rank's log-probs, entropies and captured routing, gathered."""
