@@ -142,8 +142,14 @@ def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
     for kind, model in (("model", tr.actor), ("critic", tr.critic)):
         want = model.state_dict()
         assert set(got[kind]) == set(want), kind
-        for k, v in want.items():
-            torch.testing.assert_close(got[kind][k], v.detach(), rtol=1e-4, atol=1e-5, msg=f"{kind} {k}")
+        # atol 1e-4, a third of one Adam step at the preset's actor lr (3e-4):
+        # Adam divides each gradient element by its own scale, so the summation
+        # order of a near-zero gradient (the router's; measured 5e-5 on
+        # transformers 5 under FSDP2) can move a weight by a fraction of a
+        # step. A rank's slice trained twice or not at all moves it by steps.
+        off = {k: (got[kind][k] - v.detach()).abs().max().item() for k, v in want.items()
+               if not torch.allclose(got[kind][k], v.detach(), rtol=1e-4, atol=1e-4)}
+        assert not off, (kind, off)
     moved = got["model"]["model.embed_tokens.weight"] - load_file(os.path.join(tiny("qwen3_moe"), "model.safetensors"))["model.embed_tokens.weight"]
     assert moved.abs().max() > 1e-4, "the two ranks trained"
 
