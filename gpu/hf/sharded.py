@@ -378,6 +378,11 @@ class ShardedTrainer(T.Trainer):
     def ppo_step(self, req):
         return self._train("ppo_step", req, super().ppo_step)
 
+    def score(self, req):
+        """/score (the reload probe) runs the gathered forward: every rank takes part."""
+        with self._together("score", req):
+            return super().score(req)
+
     def _init(self, init, seed):
         with self._together("_init", init, seed):
             super()._init(init, seed)
