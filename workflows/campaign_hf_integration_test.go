@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +26,16 @@ import (
 // eval, critic warm-up and one PPO step all go through the same workflows as
 // the reference; the harness renders every prompt from the server's "chat"
 // template, and the trajectories carry the model's routing.
-func TestCampaignOnTheHFBackend(t *testing.T) {
+func TestCampaignOnTheHFBackend(t *testing.T) { hfCampaign(t, 0) }
+
+// TestCampaignOnTwoHFTrainerRanks is the same campaign with the trainer as 2
+// ranks under torchrun (gpu/hf/sharded.py, FSDP2 over gloo): every trainer
+// operation the workflows call, the reload probe (/score) too, runs on both.
+func TestCampaignOnTwoHFTrainerRanks(t *testing.T) { hfCampaign(t, 2) }
+
+// hfCampaign runs the campaign with the trainer as ranks processes under
+// torchrun (0: one process, no torchrun).
+func hfCampaign(t *testing.T, ranks int) {
 	if !testenv.Required() {
 		t.Skip("the hf backend's campaign runs with T1FLOW_INTEGRATION=1 (make test)")
 	}
@@ -45,8 +53,6 @@ func TestCampaignOnTheHFBackend(t *testing.T) {
 	r := newRig(t, true)
 	home := t.TempDir()
 	start := time.Now()
-	// T1FLOW_HF_TEST_RANKS=2: the trainer as 2 ranks under torchrun (gpu/hf/sharded.py).
-	ranks, _ := strconv.Atoi(os.Getenv("T1FLOW_HF_TEST_RANKS"))
 	l := testenv.GPUWorkerWith(t, r.c, r.st, gpu.LocalOptions{Home: home, Backend: gpu.BackendHF, Init: model, ServerArgs: []string{"--threads", "1"},
 		TrainerRanks: ranks})
 	t.Logf("hf processes healthy in %v", time.Since(start).Round(time.Millisecond))
