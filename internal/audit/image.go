@@ -2,7 +2,6 @@ package audit
 
 import (
 	"path"
-	"sort"
 	"strings"
 )
 
@@ -102,13 +101,4 @@ func isTestCode(src string) bool {
 		}
 	}
 	return false
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }

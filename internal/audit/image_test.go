@@ -1,7 +1,9 @@
 package audit
 
 import (
+	"maps"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -42,7 +44,7 @@ func TestOnlyWhatTheImageHoldsLeaks(t *testing.T) {
 		"FROM x\nCOPY --from=build /tests /tests\nADD \\\n  tests /t\n": "environment/Dockerfile,environment/tests/test_outputs.py",
 		"FROM x\nCOPY . /app\n":                                         "environment/Dockerfile,environment/data.csv,environment/gen.py,environment/src/a.py,environment/tests/test_outputs.py",
 	} {
-		if got := strings.Join(sortedKeys(imageFiles(env, df)), ","); got != want {
+		if got := strings.Join(slices.Sorted(maps.Keys(imageFiles(env, df))), ","); got != want {
 			t.Errorf("%q: image holds %s, want %s", df, got, want)
 		}
 	}

@@ -2,9 +2,11 @@ package audit
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -319,12 +321,12 @@ func staticLeaks(tests, env map[string]string, instr string) []string {
 	// the image are found by the leak seeker, which exploits them
 	// (Agents.Leak).
 	image := imageFiles(env, env[task.DockerfileFile])
-	for _, name := range sortedKeys(tests) {
+	for _, name := range slices.Sorted(maps.Keys(tests)) {
 		src := tests[name]
 		if !isTestCode(src) {
 			continue
 		}
-		for _, iname := range sortedKeys(image) {
+		for _, iname := range slices.Sorted(maps.Keys(image)) {
 			if iname != task.DockerfileFile && filepath.Base(iname) == filepath.Base(name) && isTestCode(image[iname]) {
 				leaks = append(leaks, fmt.Sprintf("environment/Dockerfile copies test code into the image: %s (a copy of %s)", iname, name))
 			}
@@ -338,7 +340,7 @@ func staticLeaks(tests, env map[string]string, instr string) []string {
 				leaks = append(leaks, fmt.Sprintf("instruction.md contains test code from %s: %q", name, line))
 				break
 			}
-			for _, iname := range sortedKeys(image) {
+			for _, iname := range slices.Sorted(maps.Keys(image)) {
 				if strings.Contains(image[iname], line) {
 					leaks = append(leaks, fmt.Sprintf("%s, in the image, contains test code from %s: %q", iname, name, line))
 					break

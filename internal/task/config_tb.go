@@ -2,8 +2,10 @@ package task
 
 import (
 	"fmt"
+	"maps"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -17,7 +19,7 @@ var envTemplate = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}
 // worker; the import names each such variable.
 func (p *parser) envMap(key string) map[string]string {
 	m := p.strMap(key)
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		if !validEnvName(k) {
 			p.fail(key+"."+k, "is not a valid environment variable name")
 			continue
@@ -39,7 +41,7 @@ func (c Config) ResolveEnv(lookup func(string) (string, bool)) (Config, error) {
 			return m
 		}
 		out := make(map[string]string, len(m))
-		for _, k := range sortedKeys(m) {
+		for _, k := range slices.Sorted(maps.Keys(m)) {
 			out[k] = envTemplate.ReplaceAllStringFunc(m[k], func(t string) string {
 				sub := envTemplate.FindStringSubmatch(t)
 				if v, ok := lookup(sub[1]); ok {
@@ -73,15 +75,6 @@ func validEnvName(k string) bool {
 		}
 	}
 	return true
-}
-
-func sortedKeys(m map[string]string) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	sort.Strings(ks)
-	return ks
 }
 
 // artifacts reads Harbor's artifacts list: each entry a path, or a table
