@@ -9,6 +9,7 @@ import (
 
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
 )
 
 // writeImageTask is a task whose Dockerfile is the image check: a build that
@@ -77,5 +78,48 @@ func TestDockerImageWithoutDockerfile(t *testing.T) {
 	}
 	if !strings.HasPrefix(img, "t1flow-task:") {
 		t.Fatalf("image %s", img)
+	}
+}
+
+// TestTrixieTasksGetPython313Toolchain: a sandbox of an image built FROM
+// python:3.13 (the trixie python base) gets the trixie toolchain, whose
+// sealed Python is 3.13 and runs 3.13-only code (PEP 696 type parameter
+// defaults, copy.replace); a python:3.11 image keeps bookworm's 3.11.
+func TestTrixieTasksGetPython313Toolchain(t *testing.T) {
+	d := testenv.Docker(t)
+	ctx := context.Background()
+	for name, want := range map[string]string{"python:3.13-slim-bookworm": "3.13", "python:3.11-slim": "3.11"} {
+		tk, err := task.Load(writeImageTask(t, strings.NewReplacer(":", "-", ".", "").Replace(name), "FROM "+name+"\n"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, _, err := d.EnsureTaskImage(ctx, tk, func(l string) { t.Log(l) })
+		if err != nil {
+			t.Fatal(err)
+		}
+		tc, err := d.SandboxToolchain(ctx, img)
+		if err != nil || tc == nil {
+			t.Fatalf("%s: toolchain %v, %v", name, tc, err)
+		}
+		t.Logf("%s: toolchain %s (built %v in %s)", name, tc.Hash, tc.Built, tc.BuildTime)
+		id, err := d.Start(ctx, "t1flow-tctest-"+want, img, sandbox.Limits{CPUs: 1, MemoryMB: 512, Pids: 256}, nil, map[string]string{sandbox.LabelRollout: "tctest"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { d.Remove(context.Background(), id) })
+		code := "import sys, copy, dataclasses\n" +
+			"print('%d.%d' % sys.version_info[:2])\n"
+		if want == "3.13" {
+			code += "exec('class Box[T = int]: pass')\n" +
+				"@dataclasses.dataclass\nclass P:\n    x: int\nassert copy.replace(P(1), x=2).x == 2\n"
+		}
+		argv := []string{sandbox.ToolchainMount + "/bin/env", "-i", "PATH=" + sandbox.ToolchainMount + "/bin", sandbox.ToolchainMount + "/bin/python3", "-I", "-c", code}
+		res, err := d.ExecArgv(ctx, id, argv, sandbox.ExecOptions{Env: sandbox.ToolchainExecEnv})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(res.Output); res.ExitCode != 0 || got != want {
+			t.Errorf("%s: the sealed Python said %q (exit %d), want %s", name, got, res.ExitCode, want)
+		}
 	}
 }

@@ -130,7 +130,11 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []
 // EnsureToolchain has run) and the storage limit: a daemon-enforced size, or
 // a label that tells the sandbox host to watch the writable layer.
 func (d *Docker) sealAndBound(ctx context.Context, img string, lim Limits, hc *container.HostConfig, labels map[string]string) error {
-	if tc := d.toolchain.Load(); tc != nil {
+	tc, err := d.SandboxToolchain(ctx, img)
+	if err != nil {
+		return errs.Infraf("sealed verifier toolchain for %s: %v", img, err)
+	}
+	if tc != nil {
 		hc.Mounts = append(hc.Mounts, tc.Mount())
 	}
 	if lim.StorageMB <= 0 {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
+
+	"github.com/t1flow/t1flow/internal/task"
 )
 
 // ToolchainMount is where the sealed verifier toolchain appears in every
@@ -70,23 +72,24 @@ var toolchainCommands = []string{
 }
 
 // toolchainExportScript runs once in a throwaway container of the base image
-// (nothing an agent touched): it copies the commands, Python 3.11 with its
-// standard library, and the closure of their shared libraries and loader.
+// (nothing an agent touched): it copies the commands, the suite's Python
+// (@PY@ stands for its version, ToolchainPython) with its standard library,
+// and the closure of their shared libraries and loader.
 var toolchainExportScript = `set -eu
 out=/t1flow-export
-mkdir -p $out/bin $out/lib $out/py/bin $out/py/lib $out/py/local/lib/python3.11/dist-packages
+mkdir -p $out/bin $out/lib $out/py/bin $out/py/lib $out/py/local/lib/python@PY@/dist-packages
 for b in ` + "$*" + `; do
   p=$(type -P "$b") || { echo "the base image has no $b" >&2; exit 3; }
   cp -L "$p" "$out/bin/$b"
 done
 ln -s gawk $out/bin/awk; ln -s bash $out/bin/sh
-cp -L /usr/bin/python3.11 $out/py/bin/python3.11
-cp -a /usr/lib/python3.11 $out/py/lib/
-# Debian links sitecustomize.py to /etc/python3.11/: in a sandbox that is the
+cp -L /usr/bin/python@PY@ $out/py/bin/python@PY@
+cp -a /usr/lib/python@PY@ $out/py/lib/
+# Debian links sitecustomize.py to /etc/python@PY@/: in a sandbox that is the
 # container's file, so the toolchain's Python must not have it.
-rm -f $out/py/lib/python3.11/sitecustomize.py
-rm -rf $out/py/lib/python3.11/test $out/py/lib/python3.11/idlelib $out/py/lib/python3.11/tkinter $out/py/lib/python3.11/turtledemo
-libs=$(for f in $out/bin/* $out/py/bin/python3.11 $out/py/lib/python3.11/lib-dynload/*.so; do
+rm -f $out/py/lib/python@PY@/sitecustomize.py
+rm -rf $out/py/lib/python@PY@/test $out/py/lib/python@PY@/idlelib $out/py/lib/python@PY@/tkinter $out/py/lib/python@PY@/turtledemo
+libs=$(for f in $out/bin/* $out/py/bin/python@PY@ $out/py/lib/python@PY@/lib-dynload/*.so; do
   [ -L "$f" ] || ldd "$f" 2>/dev/null || true; done | awk '$2=="=>" && $3 ~ /^\// {print $3}' | sort -u)
 for l in $libs; do cp -L "$l" $out/lib/; done
 cp -L /lib64/ld-linux-x86-64.so.2 $out/lib/
@@ -135,7 +138,7 @@ func ToolchainHash(baseImage string) string {
 	for _, w := range append(append([]toolchainWheel{}, toolchainWheels...), toolchainPatchelf) {
 		fmt.Fprintf(h, "wheel %s %s\n", w.File, w.SHA256)
 	}
-	fmt.Fprintf(h, "commands %s\nexport %s\n", strings.Join(toolchainCommands, " "), toolchainExportScript)
+	fmt.Fprintf(h, "commands %s\nexport %s\n", strings.Join(toolchainCommands, " "), toolchainExportFor(ToolchainPython(baseImage)))
 	for _, p := range toolchainLoaderPatches {
 		fmt.Fprintf(h, "patch %q %q\n", p[0], p[1])
 	}
@@ -147,6 +150,22 @@ func ToolchainHash(baseImage string) string {
 		return nil
 	})
 	return hex.EncodeToString(h.Sum(nil))[:12]
+}
+
+// ToolchainPython is the Python version of the toolchain exported from
+// baseImage: Debian trixie's 3.13 for the trixie base (the one python:3.13,
+// debian:13 and the other trixie-mapped FROM lines run on), else bookworm's
+// 3.11.
+func ToolchainPython(baseImage string) string {
+	if baseImage == BaseTag(task.BaseTrixie) {
+		return task.BasePython(task.BaseTrixie)
+	}
+	return task.BasePython(task.BaseBookworm)
+}
+
+// toolchainExportFor is the export script for Python version py.
+func toolchainExportFor(py string) string {
+	return strings.ReplaceAll(toolchainExportScript, "@PY@", py)
 }
 
 // ToolchainDir is where the toolchain for baseImage lives under stateDir.

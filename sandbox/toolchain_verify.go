@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/docker/docker/api/types/container"
+	"github.com/docker/docker/errdefs"
+
+	"github.com/t1flow/t1flow/internal/task"
 )
 
 // ToolchainExecEnv is the Env of every sealed docker exec: the first process
@@ -211,6 +214,66 @@ func (d *Docker) EnsureToolchain(ctx context.Context) (Toolchain, error) {
 		return Toolchain{}, err
 	}
 	return v.(Toolchain), nil
+}
+
+// SandboxToolchain is the toolchain a sandbox of image img gets mounted,
+// nil until EnsureToolchain has run: the trixie toolchain (Python 3.13) for
+// an image built on a trixie base (FROM python:3.13, debian:13 and the other
+// lines the base map sends to trixie; docs/task-format.md), built once per
+// host on first use, else the default (bookworm's Python 3.11). An image is
+// on a base when its first layer is that base's (the base is one imported
+// layer, so every image built FROM it starts with it).
+func (d *Docker) SandboxToolchain(ctx context.Context, img string) (*Toolchain, error) {
+	def := d.toolchain.Load()
+	if def == nil {
+		return nil, nil
+	}
+	trixie, err := d.onTrixie(ctx, img)
+	if err != nil || !trixie {
+		return def, err
+	}
+	base := BaseTag(task.BaseTrixie)
+	if _, err := d.EnsureBase(ctx, task.BaseTrixie); err != nil {
+		return nil, err
+	}
+	v, err, _ := d.builds.Do("toolchain:"+base, func() (any, error) {
+		return EnsureToolchain(ctx, d.Client, base, ToolchainHome(d.StateDir))
+	})
+	if err != nil {
+		return nil, err
+	}
+	tc := v.(Toolchain)
+	return &tc, nil
+}
+
+// onTrixie reports whether img starts with the first layer of a trixie base
+// image present on this host. An image not found is not (creating its
+// container reports that).
+func (d *Docker) onTrixie(ctx context.Context, img string) (bool, error) {
+	first := func(ref string) (string, error) {
+		ins, err := d.Client.ImageInspect(ctx, ref)
+		if err != nil || len(ins.RootFS.Layers) == 0 {
+			if errdefs.IsNotFound(err) {
+				err = nil
+			}
+			return "", err
+		}
+		return ins.RootFS.Layers[0], nil
+	}
+	l, err := first(img)
+	if err != nil || l == "" {
+		return false, err
+	}
+	for _, b := range []string{task.BaseTrixie, task.BasePythonTrixie} {
+		bl, err := first(BaseTag(b))
+		if err != nil {
+			return false, err
+		}
+		if bl == l {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // HasToolchain reports whether a container has the sealed toolchain mounted
