@@ -16,7 +16,6 @@ import (
 
 	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/container"
-	"github.com/docker/docker/api/types/image"
 	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/client"
 	"github.com/docker/docker/pkg/stdcopy"
@@ -145,20 +144,15 @@ func newRig(t *testing.T) *rig {
 	if _, err := cli.Ping(ctx); err != nil {
 		t.Fatalf("docker daemon does not answer: %v", err)
 	}
-	imgs, err := cli.ImageList(ctx, image.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// The default base (bookworm's Python 3.11), or the one named by
+	// T1FLOW_TOOLCHAIN_TEST_BASE (the trixie base's tag: the same checks on
+	// the Python 3.13 toolchain).
+	base := sandbox.BaseImageTag()
+	if v := os.Getenv("T1FLOW_TOOLCHAIN_TEST_BASE"); v != "" {
+		base = v
 	}
-	base := ""
-	for _, im := range imgs {
-		for _, tag := range im.RepoTags {
-			if strings.HasPrefix(tag, "t1flow-base:") {
-				base = tag
-			}
-		}
-	}
-	if base == "" {
-		t.Fatal("no t1flow-base image: run `make base-image`")
+	if _, err := cli.ImageInspect(ctx, base); err != nil {
+		t.Fatalf("base image %s: %v (run `make base-image`)", base, err)
 	}
 	start := time.Now()
 	tc, err := sandbox.EnsureToolchain(ctx, cli, base, sandbox.ToolchainHome(testenv.StateDir()))
@@ -409,7 +403,7 @@ func TestSealedVerifierTerminalBenchTasks(t *testing.T) {
 				if v.total != 5 || v.passed != want || !v.marked {
 					t.Fatalf("%d/%d passed (want %d/5), marked %v; output:\n%s", v.passed, v.total, want, v.marked, v.output)
 				}
-				if !strings.Contains(v.output, "runs on the toolchain's Python 3.11") {
+				if !strings.Contains(v.output, "runs on the toolchain's Python "+sandbox.ToolchainPython(base)) {
 					t.Errorf("uvx -p 3.13 did not say which Python it used:\n%s", v.output)
 				}
 			})
