@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-hf bench-scale lint
+.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale lint
 
 all: build
 
@@ -102,6 +102,11 @@ bench-audit: deps
 # Only the sealed-verification figures (docs/bench.md's "Sealed verification").
 bench-verify: deps
 	go run ./bench -only verify -out docs/bench.md
+
+# Only the Harbor-format task sets' figures: images built, oracle solutions
+# resolved, sound tasks the audit keeps (docs/bench.md's "Harbor-format tasks").
+bench-harbor: deps
+	go run ./bench -only harbor -out docs/bench.md
 
 # The Hugging Face backend on CPU (docs/bench.md's "Hugging Face backend").
 bench-hf: hfenv

@@ -38,7 +38,7 @@ func main() {
 	out := flag.String("out", "docs/bench.md", "where to write the results")
 	n := flag.Int("n", 15, "lifecycle repetitions")
 	turns := flag.Int("turns", 30, "turns per rollout in the turn-loop benchmark")
-	only := flag.String("only", "", "\"verify\", \"audit\" or \"scale\": run only that benchmark and rewrite just its section of -out")
+	only := flag.String("only", "", "\"verify\", \"audit\", \"harbor\" or \"scale\": run only that benchmark and rewrite just its section of -out")
 	auditOnly := flag.Bool("audit-only", false, "the same as -only audit")
 	verifyN := flag.Int("verify-n", 3, "oracle sandboxes per task and path in the verification benchmark")
 	verifyTasks := flag.String("verify-tasks", "", "comma-separated task names: verify only these (default: every examples/tasks and examples/tb2 task)")
@@ -60,10 +60,12 @@ func main() {
 		err = runVerifyOnly(*out, *verifyN, *verifyTasks)
 	case "audit":
 		err = runAuditOnly(*out)
+	case "harbor":
+		err = runHarborOnly(*out)
 	case "scale":
 		err = runScaleOnly(*out, so)
 	default:
-		err = fmt.Errorf("-only %q: the benchmarks that run alone are \"verify\", \"audit\" and \"scale\"", *only)
+		err = fmt.Errorf("-only %q: the benchmarks that run alone are \"verify\", \"audit\", \"harbor\" and \"scale\"", *only)
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -30,6 +30,7 @@ type sizes struct {
 	memConc      []int    // concurrent rollouts of the memory table
 	verifyN      int      // oracle sandboxes per task and path
 	verifyTasks  string   // comma-separated tasks to verify; "": all
+	harborTasks  []string // Harbor-format tasks the harbor section measures; nil: all
 	refArgs      []string // gpu/reference/bench.py's flags
 }
 
@@ -69,6 +70,9 @@ var sections = []section{
 	{"reference", "## Reference trainer and inference (CPU)", benchReference},
 	{"verify", verifySection, func(ctx context.Context, b *bench) (string, error) {
 		return benchVerify(ctx, b.e, b.sz.verifyN, b.sz.verifyTasks)
+	}},
+	{"harbor", harborSection, func(ctx context.Context, b *bench) (string, error) {
+		return benchHarbor(ctx, b, b.sz.harborTasks)
 	}},
 }
 

@@ -17,12 +17,13 @@ import (
 // smokeSizes run every section of a full `make bench` at a tiny size.
 var smokeSizes = sizes{lifecycleN: 1, turns: 2, loopReps: 1, harnessTurns: 2, rstSeeds: 1, rstRounds: 1,
 	auditTasks: []string{"sum-and-max", "leak-dot-answer"}, steps: 1, rollouts: 2, memConc: []int{1, 2},
-	verifyN: 1, verifyTasks: "log-level-counter,word-frequency", refArgs: []string{"--quick"}}
+	verifyN: 1, verifyTasks: "log-level-counter,word-frequency", refArgs: []string{"--quick"},
+	harborTasks: []string{"reward-json", "skipped-tests"}}
 
 // sectionChecks assert each section's figures and table shapes at smokeSizes.
 var sectionChecks = map[string]func(*testing.T, string){
 	"sandbox": checkSandbox, "rst": checkRST, "audit": checkAudit, "campaign": checkCampaign,
-	"reference": checkReference, "verify": checkVerify,
+	"reference": checkReference, "verify": checkVerify, "harbor": checkHarbor,
 }
 
 // TestSmokeEverySection runs every section a full `make bench` measures, at
@@ -327,5 +328,27 @@ func TestSmokeScale(t *testing.T) {
 	}
 	if t.Failed() {
 		t.Logf("scale section:\n%s", text)
+	}
+}
+
+// checkHarbor: the two examples/harbor-proof tasks of smokeSizes (one on
+// trixie's sealed Python 3.13 with skipped tests, one scored by reward.json)
+// build, resolve with the oracle and are kept by the audit; the other sets
+// have no row and the all row adds up.
+func checkHarbor(t *testing.T, text string) {
+	rows := table(t, text, "| task set | images built | oracle resolved | sound tasks the audit keeps |", 4)
+	rowCount(t, "harbor table", rows, 2)
+	for _, r := range rows {
+		if r[0] != "`examples/harbor-proof`" && r[0] != "all" {
+			t.Errorf("harbor table has a row for %s", r[0])
+		}
+		for i, want := range []string{"2 / 2", "2 / 2", "2 / 2"} {
+			if r[i+1] != want {
+				t.Errorf("%s: column %d is %q, want %q", r[0], i+1, r[i+1], want)
+			}
+		}
+	}
+	if strings.Contains(text, "What did not build, resolve or stay") {
+		t.Errorf("the smoke tasks have failures:\n%s", text)
 	}
 }
