@@ -1,6 +1,7 @@
 """Loads a job directory written by t1flow with harbor's own models.
 
-Usage: python harbor_check.py JOB_DIR  (Harbor's interpreter, .t1flow/harborenv)
+Usage: python harbor_check.py JOB_DIR (Harbor's interpreter, .t1flow/harborenv);
+harborout.Check runs it as python -c.
 
 Each trial's result.json must validate as harbor.models.trial.result.TrialResult,
 its agent/trajectory.json as harbor.models.trajectories.Trajectory (extra fields

@@ -1,9 +1,9 @@
 package harborout
 
 import (
+	"context"
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -30,52 +30,10 @@ func HarborPython(t testing.TB) string {
 	return py
 }
 
-// CheckReport is what harbor_check.py prints.
-type CheckReport struct {
-	NTotalTrials int `json:"n_total_trials"`
-	Trials       map[string]struct {
-		Reward        *float64 `json:"reward"`
-		RewardValid   bool     `json:"reward_valid"`
-		ExceptionType *string  `json:"exception_type"`
-		Steps         int      `json:"steps"`
-	} `json:"trials"`
-	Mean           map[string]float64            `json:"mean"`
-	PassAtK        map[string]map[string]float64 `json:"pass_at_k"`
-	NErroredTrials int                           `json:"n_errored_trials"`
-}
-
-// RunCheck loads dir with Harbor's models (harbor_check.py) and returns what
-// Harbor read, or the script's complaint.
+// RunCheck is Check under Harbor's interpreter.
 func RunCheck(t testing.TB, dir string) (CheckReport, error) {
 	t.Helper()
-	script, err := filepath.Abs(filepath.Join(pkgDir(t), "harbor_check.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(HarborPython(t), script, dir)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var rep CheckReport
-	if err != nil {
-		return rep, &checkError{stderr.String()}
-	}
-	if err := json.Unmarshal(out, &rep); err != nil {
-		t.Fatalf("harbor_check.py printed %q: %v", out, err)
-	}
-	return rep, nil
-}
-
-type checkError struct{ msg string }
-
-func (e *checkError) Error() string { return e.msg }
-
-func pkgDir(t testing.TB) string {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return wd
+	return Check(context.Background(), HarborPython(t), dir)
 }
 
 func f64(v float64) *float64 { return &v }
