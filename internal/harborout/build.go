@@ -47,16 +47,17 @@ func NewTrialResult(t Trial, jobID, uri string, fallback time.Time) TrialResult 
 }
 
 // NewJobResult is the job's result.json, its stats computed as Harbor's
-// JobStats.increment computes them, and its mean as Harbor's Mean metric
-// (a trial without a reward counts as 0).
+// JobStats.increment computes them, its mean as Harbor's Mean metric (a
+// trial without a reward counts as 0) and pass@k as harbor.utils.pass_at_k.
 func NewJobResult(j Job) JobResult {
 	st := JobStats{NCompletedTrials: len(j.Trials), NRetries: j.Retries, Evals: map[string]*AgentDatasetStats{}}
-	sums, counts := map[string]float64{}, map[string]int{}
+	sums, counts, groups := map[string]float64{}, map[string]int{}, map[string][]Trial{}
 	for _, t := range j.Trials {
 		key := t.EvalsKey()
+		groups[key] = append(groups[key], t)
 		e := st.Evals[key]
 		if e == nil {
-			e = &AgentDatasetStats{Metrics: []map[string]any{}, PassAtK: j.PassAtK,
+			e = &AgentDatasetStats{Metrics: []map[string]any{},
 				RewardStats: map[string]map[string][]string{}, ExceptionStats: map[string][]string{}}
 			st.Evals[key] = e
 		}
@@ -82,9 +83,7 @@ func NewJobResult(j Job) JobResult {
 	}
 	for key, e := range st.Evals {
 		e.Metrics = append(e.Metrics, map[string]any{"mean": sums[key] / float64(counts[key])})
-		if e.PassAtK == nil {
-			e.PassAtK = map[string]float64{}
-		}
+		e.PassAtK = passAtK(groups[key])
 	}
 	st.NPendingTrials = max(j.Total-st.NCompletedTrials, 0)
 	updated := j.FinishedAt

@@ -6,8 +6,8 @@ harborout.Check runs it as python -c.
 Each trial's result.json must validate as harbor.models.trial.result.TrialResult,
 its agent/trajectory.json as harbor.models.trajectories.Trajectory (extra fields
 forbidden), and the job's result.json as harbor.models.job.result.JobResult.
-Then the job's stats must be what Harbor's own JobStats and Mean compute from
-those trials, and each trial's reward_valid what Harbor computes. Prints one
+Then the job's stats must be what Harbor's own JobStats, Mean and pass@k
+compute from those trials, and each trial's reward_valid what Harbor computes. Prints one
 JSON line: what a Harbor reader sees (trials, rewards, exception types, mean).
 Exits 1 with the file and field at fault on any mismatch.
 """
@@ -21,6 +21,7 @@ from harbor.metrics.mean import Mean
 from harbor.models.job.result import JobResult, JobStats
 from harbor.models.trajectories import Trajectory
 from harbor.models.trial.result import TrialResult
+from harbor.utils.pass_at_k import compute_pass_at_k_by_evals
 
 
 def fail(msg):
@@ -88,6 +89,10 @@ def main(job_dir):
         written = g.metrics[0].get("mean") if g.metrics else None
         if written is None or mean is None or not math.isclose(written, mean, abs_tol=1e-9):
             fail(f"{job_path}: stats.evals[{key!r}].metrics mean {written} but harbor's Mean gives {mean}")
+    want_pass = compute_pass_at_k_by_evals(trials)
+    for key, g in got.evals.items():
+        if {int(k): v for k, v in g.pass_at_k.items()} != want_pass.get(key, {}):
+            fail(f"{job_path}: stats.evals[{key!r}].pass_at_k {g.pass_at_k} but harbor computes {want_pass.get(key, {})}")
     print(json.dumps({
         "n_total_trials": job.n_total_trials,
         "trials": {t.trial_name: {

@@ -61,9 +61,6 @@ type Job struct {
 	FinishedAt time.Time // zero: still running
 	Total      int       // trials the job was asked for (those not in Trials are pending)
 	Trials     []Trial
-	// MeanReward is Harbor's mean: over every trial, a missing reward as 0.
-	MeanReward float64
-	PassAtK    map[string]float64
 	Retries    int
 }
 

@@ -3,6 +3,7 @@ package harborout
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -52,7 +53,6 @@ func sampleJob() Job {
 	}
 	return Job{
 		ID: "oracle-123", StartedAt: t0, FinishedAt: t0.Add(time.Minute), Total: 5,
-		PassAtK: map[string]float64{"1": 0.5},
 		Trials: []Trial{
 			mk("hello__1", f64(1), "", Step{Keystrokes: "bash /solution/solve.sh\n", Output: "ok\n"}),
 			mk("hello__2", f64(0.25), ""),
@@ -105,8 +105,8 @@ func TestWrittenJobLoadsWithHarborsModels(t *testing.T) {
 	if tr := rep.Trials["hello__1"]; tr.Reward == nil || *tr.Reward != 1 || !tr.RewardValid || tr.Steps != 2 {
 		t.Errorf("hello__1 as harbor reads it: %+v (want reward 1, valid, 2 steps)", tr)
 	}
-	if rep.PassAtK["oracle__adhoc"]["1"] != 0.5 {
-		t.Errorf("pass@k as harbor reads it: %v", rep.PassAtK)
+	if len(rep.PassAtK["oracle__adhoc"]) != 0 {
+		t.Errorf("pass@k with a partial reward: %v, want none (as Harbor)", rep.PassAtK)
 	}
 	if err := Write(dir, j); err == nil || !strings.Contains(err.Error(), "--dir") {
 		t.Errorf("a second export into the same directory: %v, want a --dir error", err)
@@ -134,5 +134,36 @@ func TestHarborCheckCatchesAWrongField(t *testing.T) {
 	_, err := RunCheck(t, dir)
 	if err == nil || !strings.Contains(err.Error(), "n_errored_trials") {
 		t.Fatalf("a wrong n_errored_trials passed harbor's check: %v", err)
+	}
+}
+
+// pass@k is Harbor's: over valid rewards only (the unscored trial is left
+// out, not a failure), k = 2, 4, ... and 5, 10, ..., none for partial rewards.
+func TestPassAtKIsHarbors(t *testing.T) {
+	j := sampleJob()
+	j.Trials = j.Trials[:0]
+	for i, r := range []*float64{f64(1), f64(0), f64(0), f64(0), nil} {
+		tr := sampleJob().Trials[0]
+		tr.TaskName = []string{"a", "a", "b", "b", "a"}[i]
+		tr.Name, tr.Reward = TrialName(tr.TaskName, fmt.Sprint(i)), r
+		if r == nil {
+			tr.ExceptionType = "InfraError"
+		}
+		j.Trials = append(j.Trials, tr)
+	}
+	got := NewJobResult(j).Stats.Evals["oracle__adhoc"].PassAtK
+	if len(got) != 1 || got["2"] != 0.5 {
+		t.Fatalf("pass@k %v, want {2: 0.5} (a: 1 of 2, b: 0 of 2; the unscored left out)", got)
+	}
+	dir := filepath.Join(t.TempDir(), "job")
+	if err := Write(dir, j); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunCheck(t, dir)
+	if err != nil {
+		t.Fatalf("harbor rejects the export: %v", err)
+	}
+	if rep.PassAtK["oracle__adhoc"]["2"] != 0.5 {
+		t.Errorf("pass@k as harbor reads it: %v", rep.PassAtK)
 	}
 }

@@ -55,7 +55,7 @@ type HarborTimes struct {
 func HarborJob(ctx context.Context, st store.Store, rep workflows.EvalReport, source string, times HarborTimes) (harborout.Job, error) {
 	j := harborout.Job{
 		ID: rep.SweepID, StartedAt: times.Started, FinishedAt: times.Finished,
-		Total: rep.Summary.Rollouts, PassAtK: rep.Summary.PassAtK, Retries: rep.Summary.SandboxRetries,
+		Total: rep.Summary.Rollouts, Retries: rep.Summary.SandboxRetries,
 	}
 	instructions := map[string]string{}
 	for _, r := range rep.Rollouts {
