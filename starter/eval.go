@@ -23,6 +23,7 @@ import (
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/workflows"
+	"github.com/t1flow/t1flow/workflows/sweepstore"
 )
 
 // evalFlags are the flags of `starter eval`.
@@ -215,6 +216,11 @@ func runSweep(ctx context.Context, c client.Client, st store.Store, in workflows
 	var rep workflows.EvalReport
 	if err := store.GetJSON(ctx, st, res.Report, &rep); err != nil {
 		return fmt.Errorf("read eval report: %w", err)
+	}
+	// A sweep that was resumed since reads as its last round has it.
+	if latest, ref, round, err := sweepstore.LatestReport(ctx, st, in.SweepID); err == nil && round > 0 {
+		rep, res.Report = latest, ref
+		fmt.Fprintf(infoOut(f.asJSON, stdout, stderr), "as of resume %d (%s)\n", round, ids.EvalResumeWorkflowID(in.SweepID, round))
 	}
 	if f.asJSON {
 		return json.NewEncoder(stdout).Encode(evalJSON(rep, res.Report))

@@ -72,6 +72,12 @@ func TestEvalResumeAndExportCommands(t *testing.T) {
 		t.Errorf("resume of a sweep with nothing errored: %s\n%+v; want the same resolved rollout kept", stderr, resumed)
 	}
 
+	// Asking for the sweep again shows it as its last resume round has it.
+	code, out, stderr, err = starter(t, "eval", "--tasks", "../examples/tasks/log-level-counter", "--agent", "oracle", "--id", sweep, "--json")
+	if code != 0 || err != nil || !strings.Contains(stderr, "as of resume 1") || !strings.Contains(out, `"resolved_rate":1`) {
+		t.Errorf("the sweep asked again: %d %v\n%s\n%s", code, err, stderr, out)
+	}
+
 	code, _, _, err = starter(t, "eval", "--resume", "no-such-sweep")
 	if code != 2 || err == nil || !strings.Contains(err.Error(), "--resume no-such-sweep: no eval sweep") {
 		t.Errorf("unknown sweep: exit %d, %v", code, err)
