@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -87,6 +88,9 @@ func evalResume(ctx context.Context, f *evalFlags, explicit map[string]bool, std
 	}
 	announce(infoOut(f.asJSON, stdout, stderr), wid, existing, fmt.Sprintf("found resume %d of sweep %s", rin.Round, sweep),
 		fmt.Sprintf("resume %d of sweep %s: rerunning unfinished rollouts and those with %s", rin.Round, sweep, strings.Join(types, ", ")))
+	if in.Agent.Kind == activities.AgentPolicy && !existing {
+		fmt.Fprintln(stderr, "note: a policy sweep's reruns sample from the weights its inference servers hold now; the report's policy_versions shows which")
+	}
 	if !f.wait && !f.asJSON {
 		return nil
 	}

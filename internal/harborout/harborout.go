@@ -41,6 +41,9 @@ type Trial struct {
 	// Extra is t1flow's own account (outcome, T1 reward, assertions),
 	// recorded in agent_result.metadata.
 	Extra map[string]any
+	// VerifierOutput is the tail of the verifier's output, written to
+	// verifier/test-stdout.txt as Harbor keeps it ("" for none).
+	VerifierOutput string
 }
 
 // Step is one agent turn: what it sent to the terminal and what came back.

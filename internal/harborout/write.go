@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 )
 
 // unsafeName is what a trial name may not hold: it names a directory.
@@ -19,8 +20,9 @@ func TrialName(task, suffix string) string {
 }
 
 // Write lays out j in dir as Harbor lays out a job directory:
-// dir/result.json, and per trial dir/<trial>/result.json and
-// dir/<trial>/agent/trajectory.json. dir must be new or empty, so that no
+// dir/result.json, and per trial dir/<trial>/result.json,
+// dir/<trial>/agent/trajectory.json and, for a verified trial,
+// dir/<trial>/verifier/reward.txt and test-stdout.txt. dir must be new or empty, so that no
 // trial of an earlier export is mistaken for one of this.
 func Write(dir string, j Job) error {
 	if err := emptyDir(dir); err != nil {
@@ -42,6 +44,9 @@ func Write(dir string, j Job) error {
 			return err
 		}
 		if err := writeJSON(filepath.Join(td, "agent", "trajectory.json"), NewTrajectory(t, j.ID)); err != nil {
+			return err
+		}
+		if err := writeVerifier(filepath.Join(td, "verifier"), t); err != nil {
 			return err
 		}
 	}
@@ -70,4 +75,24 @@ func writeJSON(path string, v any) error {
 		return err
 	}
 	return os.WriteFile(path, append(b, '\n'), 0o644)
+}
+
+// writeVerifier writes what Harbor keeps of the verifier: reward.txt (the
+// reward) and test-stdout.txt, for a trial that has them.
+func writeVerifier(dir string, t Trial) error {
+	if t.Reward == nil && t.VerifierOutput == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	if t.Reward != nil {
+		if err := os.WriteFile(filepath.Join(dir, "reward.txt"), []byte(strconv.FormatFloat(*t.Reward, 'g', -1, 64)+"\n"), 0o644); err != nil {
+			return err
+		}
+	}
+	if t.VerifierOutput != "" {
+		return os.WriteFile(filepath.Join(dir, "test-stdout.txt"), []byte(t.VerifierOutput), 0o644)
+	}
+	return nil
 }

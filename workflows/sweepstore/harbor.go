@@ -58,8 +58,18 @@ func HarborJob(ctx context.Context, st store.Store, rep workflows.EvalReport, so
 		Total: rep.Summary.Rollouts, Retries: rep.Summary.SandboxRetries,
 	}
 	instructions := map[string]string{}
+	taskIDs := map[string]map[string]bool{} // task name -> task IDs: two tasks of one name get the ID in their trial names
+	for _, r := range rep.Rollouts {
+		if taskIDs[r.Name] == nil {
+			taskIDs[r.Name] = map[string]bool{}
+		}
+		taskIDs[r.Name][r.TaskID] = true
+	}
 	for _, r := range rep.Rollouts {
 		t := harborTrial(r, rep.Agent, source)
+		if len(taskIDs[r.Name]) > 1 {
+			t.Name = harborout.TrialName(r.Name, fmt.Sprintf("%.8s-%d", r.TaskID, r.Attempt))
+		}
 		if ts, ok := times.Rollouts[r.WorkflowID]; ok {
 			t.StartedAt, t.FinishedAt = ts[0], ts[1]
 		}
@@ -81,6 +91,9 @@ func HarborJob(ctx context.Context, st store.Store, rep workflows.EvalReport, so
 				return j, fmt.Errorf("rollout %s: %w", r.RolloutID, err)
 			}
 			t.Steps = steps
+			if rec.Verify != nil {
+				t.VerifierOutput = rec.Verify.Preview
+			}
 		}
 		j.Trials = append(j.Trials, t)
 	}
