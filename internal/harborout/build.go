@@ -105,7 +105,7 @@ func NewTrajectory(t Trial, jobID string) Trajectory {
 		Agent: ATIFAgent{Name: t.Agent, Version: t.AgentVersion, ModelName: t.Model},
 		Steps: []ATIFStep{{StepID: 1, Source: "user", Message: t.Instruction}},
 	}
-	total, model := 0, t.Model != ""
+	total, model := 0, t.LLM || t.Model != ""
 	for i, s := range t.Steps {
 		st := ATIFStep{StepID: i + 2, Timestamp: timePtr(s.At), Source: "agent", Message: s.Message}
 		var result ObservationResult

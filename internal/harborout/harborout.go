@@ -24,7 +24,8 @@ type Trial struct {
 	Source       string // the dataset: the pool or tasks directory; "" is Harbor's "adhoc"
 	Agent        string // oracle, nop, terminus-2, ...
 	AgentVersion string
-	Model        string // "" for agents without a model
+	Model        string // "" for agents without a model (or a policy of unknown version)
+	LLM          bool   // a model chose each step (policy, chat): not a deterministic dispatch
 	// Reward is Harbor's reward (reward.json / reward.txt, else 1 or 0 by
 	// resolution); nil when the rollout was not scored.
 	Reward *float64

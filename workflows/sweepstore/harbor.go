@@ -95,6 +95,11 @@ func HarborJob(ctx context.Context, st store.Store, rep workflows.EvalReport, so
 				t.VerifierOutput = rec.Verify.Preview
 			}
 		}
+		if r.Trajectory != nil {
+			if err := addTokens(ctx, st, *r.Trajectory, t.Steps); err != nil {
+				return j, fmt.Errorf("rollout %s: trajectory: %w", r.RolloutID, err)
+			}
+		}
 		j.Trials = append(j.Trials, t)
 	}
 	return j, nil
@@ -112,6 +117,7 @@ func harborTrial(r workflows.RolloutResult, agent activities.AgentSpec, source s
 			"policy_versions": r.PolicyVersions,
 		}},
 	}
+	t.LLM = agent.Kind == activities.AgentPolicy || agent.Kind == activities.AgentChat
 	if agent.Kind == activities.AgentPolicy && len(r.PolicyVersions) > 0 {
 		t.Model = strings.Join(r.PolicyVersions, "+")
 	}

@@ -4,13 +4,16 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/harness/harbor"
 	"github.com/t1flow/t1flow/internal/harborout"
 	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/trajectory"
 	"github.com/t1flow/t1flow/workflows"
 )
 
@@ -79,5 +82,58 @@ func TestHarborJobFromAReport(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "levels__aaaaaaaa-2", "verifier")); !os.IsNotExist(err) {
 		t.Errorf("an unscored trial has a verifier directory: %v", err)
+	}
+}
+
+// A policy rollout's steps carry the tokens it sampled and their
+// log-probs, one run of generated positions per turn, and Harbor's ATIF
+// model takes them.
+func TestHarborJobCarriesAPolicysTokens(t *testing.T) {
+	ctx := context.Background()
+	st, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	putBundle(t, st, "cccccccccccc", "Say hi.")
+	tr := trajectory.Record{Tokens: []int32{1, 2, 3, 4, 5, 6}, LossMask: []uint8{0, 0, 1, 1, 0, 1}, Logprobs: []float32{0, 0, -0.5, -0.25, 0, -2}}
+	b, err := tr.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tref, err := st.Put(ctx, "rollouts/p.safetensors", bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := store.PutJSON(ctx, st, "rollouts/p.json", workflows.RolloutRecord{Turns: []activities.TurnResult{{Turn: 0, Command: "echo hi\n"}, {Turn: 1, Command: ""}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep := workflows.EvalReport{SweepID: "s", Agent: activities.AgentSpec{Kind: activities.AgentPolicy, Harness: "terminus-2"}, Rollouts: []workflows.RolloutResult{
+		{Name: "hi", TaskID: "cccccccccccc", Attempt: 1, Outcome: workflows.OutcomeResolved, Scored: true, Resolved: true, Record: &rec, Trajectory: &tref, PolicyVersions: []string{"v3"}},
+	}}
+	rep.Summary = workflows.Summarize(rep.Rollouts)
+	j, err := HarborJob(ctx, st, rep, "", HarborTimes{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := j.Trials[0].Steps
+	if j.Trials[0].Agent != "terminus-2" || j.Trials[0].Model != "v3" || len(steps) != 2 ||
+		fmt.Sprint(steps[0].TokenIDs, steps[0].Logprobs, steps[1].TokenIDs, steps[1].Logprobs) != "[3 4] [-0.5 -0.25] [6] [-2]" {
+		t.Fatalf("trial %+v", j.Trials[0])
+	}
+	py := harbor.Python()
+	if _, err := os.Stat(py); err != nil {
+		if os.Getenv("T1FLOW_INTEGRATION") != "" {
+			t.Fatalf("%s: run scripts/ensure-harbor-env.sh (make harborenv)", py)
+		}
+		t.Skipf("no Harbor env at %s", py)
+	}
+	dir := filepath.Join(t.TempDir(), "job")
+	if err := harborout.Write(dir, j); err != nil {
+		t.Fatal(err)
+	}
+	got, err := harborout.Check(ctx, py, dir)
+	if err != nil || got.Trials["hi__1"].Steps != 3 {
+		t.Fatalf("harbor reads %+v, %v", got, err)
 	}
 }
