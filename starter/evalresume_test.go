@@ -14,7 +14,8 @@ import (
 	"github.com/t1flow/t1flow/worker/roles"
 )
 
-// Bad --resume input is refused before anything is dialled, naming the flag.
+// Bad --resume and export input is refused before anything is dialled,
+// naming the flag (and --checkpoint still refuses another --agent).
 func TestResumeFlagsAreChecked(t *testing.T) {
 	for _, c := range []struct {
 		args []string
@@ -24,6 +25,7 @@ func TestResumeFlagsAreChecked(t *testing.T) {
 		{[]string{"eval", "--tasks", "d", "--filter-error-type", "InfraError"}, "give --resume"},
 		{[]string{"eval", "--resume", "x", "--tasks", "d"}, "drop --tasks"},
 		{[]string{"eval", "--resume", "x", "--attempts", "3"}, "drop --attempts"},
+		{[]string{"eval", "--tasks", "d", "--checkpoint", "c:init", "--agent", "oracle"}, "--checkpoint evaluates the policy agent, not --agent oracle"},
 		{[]string{"eval", "export", "x"}, "--dir is empty"},
 		{[]string{"eval", "export", "--dir", "d"}, "give one sweep ID"},
 	} {
