@@ -48,9 +48,6 @@ func TestEvalResumeAndExportCommands(t *testing.T) {
 	testenv.Worker(t, c, roles.All, &activities.Activities{Docker: d, Store: st, Temporal: c, Host: testenv.HostName("resume"), TaskCache: t.TempDir()})
 	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
 	t.Setenv("T1FLOW_STORE", dir)
-	if _, err := os.Stat(harbor.Python()); err != nil {
-		t.Fatalf("%s: run scripts/ensure-harbor-env.sh (make harborenv)", harbor.Python())
-	}
 
 	code, out, stderr, err := starter(t, "eval", "--tasks", "../examples/tasks/log-level-counter", "--agent", "oracle", "--json", "--new")
 	if code != 0 || err != nil {
@@ -85,6 +82,12 @@ func TestEvalResumeAndExportCommands(t *testing.T) {
 		t.Errorf("unknown sweep: exit %d, %v", code, err)
 	}
 
+	if _, err := os.Stat(harbor.Python()); err != nil {
+		if testenv.Required() {
+			t.Fatalf("%s: run scripts/ensure-harbor-env.sh (make harborenv)", harbor.Python())
+		}
+		t.Skipf("no Harbor env at %s (make harborenv)", harbor.Python())
+	}
 	job := filepath.Join(t.TempDir(), "job")
 	code, out, stderr, err = starter(t, "eval", "export", sweep, "--dir", job, "--check")
 	if code != 0 || err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/t1flow/t1flow/harness/harbor"
 	"github.com/t1flow/t1flow/internal/harborout"
 	"github.com/t1flow/t1flow/internal/ids"
+	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/workflows"
 	"github.com/t1flow/t1flow/workflows/sweepstore"
 )
@@ -100,7 +101,10 @@ func (r *rig) resume(ctx context.Context, t *testing.T, in workflows.EvalResumeI
 func checkHarborExport(ctx context.Context, t *testing.T, r *rig, rep workflows.EvalReport) {
 	t.Helper()
 	if _, err := os.Stat(harbor.Python()); err != nil {
-		t.Fatalf("%s: run scripts/ensure-harbor-env.sh (make harborenv)", harbor.Python())
+		if testenv.Required() {
+			t.Fatalf("%s: run scripts/ensure-harbor-env.sh (make harborenv)", harbor.Python())
+		}
+		t.Skipf("no Harbor env at %s (make harborenv)", harbor.Python())
 	}
 	j, err := sweepstore.HarborJob(ctx, r.st, rep, "examples", sweepstore.HarborTimes{Started: time.Now().Add(-time.Minute), Finished: time.Now()})
 	if err != nil {
