@@ -23,6 +23,7 @@ import (
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/workflows"
+	"github.com/t1flow/t1flow/workflows/sweepstore"
 )
 
 // evalFlags are the flags of `starter eval`.
@@ -45,6 +46,9 @@ type evalFlags struct {
 	storeDir              string
 	checkpoints           string
 	force                 bool
+	resume                string
+	filterTypes           multiFlag
+	explicit              map[string]bool // the flags given
 }
 
 func parseEval(args []string) (*evalFlags, error) {
@@ -73,13 +77,19 @@ func parseEval(args []string) (*evalFlags, error) {
 	fs.StringVar(&f.storeDir, "store", config.StoreDir(), "artifact store directory")
 	fs.StringVar(&f.checkpoints, "checkpoint", "", "evaluate these checkpoints one after another with the policy agent: CAMPAIGN:LABEL (init, sft, warmup, step-0003, latest), a saved checkpoint's name, or a directory with manifest.json; comma-separated")
 	fs.BoolVar(&f.force, "force", false, "--checkpoint: load weights even into servers a running campaign samples from")
+	fs.StringVar(&f.resume, "resume", "", "rerun the unfinished and errored rollouts of this finished sweep (its ID), keeping the others (docs/sweeps.md)")
+	fs.Var(&f.filterTypes, "filter-error-type", "--resume: rerun rollouts with this error type (repeat; default "+strings.Join(workflows.DefaultResumeErrorTypes, ", ")+"; any of "+strings.Join(workflows.ErrorTypes, ", ")+")")
+	fs.Var(&f.filterTypes, "f", "short for --filter-error-type")
 	if _, err := parse(fs, args); err != nil {
 		return nil, err
 	}
+	f.explicit = map[string]bool{}
+	fs.Visit(func(fl *flag.Flag) { f.explicit[fl.Name] = true })
+	if err := f.checkResume(f.explicit); err != nil {
+		return nil, err
+	}
 	if f.checkpoints != "" {
-		explicit := false
-		fs.Visit(func(fl *flag.Flag) { explicit = explicit || fl.Name == "agent" })
-		if explicit && f.agent != activities.AgentPolicy {
+		if f.explicit["agent"] && f.agent != activities.AgentPolicy {
 			return nil, badInput(fmt.Errorf("eval: --checkpoint evaluates the policy agent, not --agent %s", f.agent))
 		}
 		f.agent = activities.AgentPolicy
@@ -133,9 +143,15 @@ func (f *evalFlags) check(spec activities.AgentSpec) error {
 // eval runs an eval sweep, or with --checkpoint one sweep per checkpoint.
 // Every input is checked before anything starts.
 func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "export" {
+		return evalExport(ctx, args[1:], stdout, stderr)
+	}
 	f, err := parseEval(args)
 	if err != nil {
 		return err
+	}
+	if f.resume != "" {
+		return evalResume(ctx, f, f.explicit, stdout, stderr)
 	}
 	spec := f.agentSpec()
 	if err := f.check(spec); err != nil {
@@ -200,6 +216,11 @@ func runSweep(ctx context.Context, c client.Client, st store.Store, in workflows
 	var rep workflows.EvalReport
 	if err := store.GetJSON(ctx, st, res.Report, &rep); err != nil {
 		return fmt.Errorf("read eval report: %w", err)
+	}
+	// A sweep that was resumed since reads as its last round has it.
+	if latest, ref, round, err := sweepstore.LatestReport(ctx, st, in.SweepID); err == nil && round > 0 {
+		rep, res.Report = latest, ref
+		fmt.Fprintf(infoOut(f.asJSON, stdout, stderr), "as of resume %d (%s)\n", round, ids.EvalResumeWorkflowID(in.SweepID, round))
 	}
 	if f.asJSON {
 		return json.NewEncoder(stdout).Encode(evalJSON(rep, res.Report))

@@ -36,6 +36,12 @@ commands:
                                     run an eval sweep; prints its workflow ID and UI link; with
                                     --checkpoint, one sweep per checkpoint and a comparison table
                                     (REF: CAMPAIGN:LABEL, a saved checkpoint's name, or a directory)
+  eval --resume SWEEP [-f ERROR_TYPE]... [--wait] [--json]
+                                    rerun a finished sweep's unfinished rollouts and those with these
+                                    error types (default InfraError, VerifierError, RoutingMissing)
+  eval export SWEEP --dir DIR [--source NAME] [--check]
+                                    write the sweep as Harbor's job directory (result.json per job and
+                                    trial, ATIF agent/trajectory.json); --check loads it with harbor
   synth --seeds DIR --rounds R --per-seed N --pool NAME [--rng-seed S] [--synthesizer procedural|llm]
                                     grow seed tasks by recursive synthesis into a pool
   audit (--pool NAME | --tasks DIR) --keep-pool NAME [--eval-tasks DIR] [--config FILE]

@@ -15,6 +15,7 @@ type Workflow struct {
 var All = []Workflow{
 	{"RolloutWorkflow", RolloutWorkflow},
 	{"EvalSweepWorkflow", EvalSweepWorkflow},
+	{"EvalResumeWorkflow", EvalResumeWorkflow},
 	{"ReaperWorkflow", ReaperWorkflow},
 	{"SynthesisWorkflow", SynthesisWorkflow},
 	{"SynthSweepWorkflow", SynthSweepWorkflow},

@@ -40,7 +40,7 @@ func Summarize(rs []RolloutResult) Summary {
 		s.SandboxRetries += max(r.SandboxAttempts-1, 0)
 		turns += float64(r.Turns)
 		dur += r.DurationSec
-		harbor += harborReward(r)
+		harbor += HarborRewardOf(r)
 		if r.Scored {
 			s.Scored++
 			reward += r.Reward
@@ -82,9 +82,9 @@ func Summarize(rs []RolloutResult) Summary {
 	return s
 }
 
-// harborReward is a rollout's reward as Harbor's mean counts it: the task's
+// HarborRewardOf is a rollout's reward as Harbor's mean counts it: the task's
 // reward file, else 1 or 0 by resolution; 0 when unscored.
-func harborReward(r RolloutResult) float64 {
+func HarborRewardOf(r RolloutResult) float64 {
 	switch {
 	case !r.Scored:
 		return 0

@@ -42,6 +42,11 @@ func RolloutWorkflowID(rolloutID string) string { return "rollout/" + rolloutID 
 // EvalSweepWorkflowID is the workflow ID of an eval sweep.
 func EvalSweepWorkflowID(sweepID string) string { return "eval/" + Clean(sweepID) }
 
+// EvalResumeWorkflowID is the workflow ID of round n of resuming a sweep.
+func EvalResumeWorkflowID(sweepID string, round int) string {
+	return fmt.Sprintf("eval/%s/resume-%d", Clean(sweepID), round)
+}
+
 // CheckpointEvalWorkflowID is the workflow ID of a sweep over checkpoints.
 func CheckpointEvalWorkflowID(sweepID string) string { return "evalckpt/" + Clean(sweepID) }
 

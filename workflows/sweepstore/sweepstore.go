@@ -136,6 +136,20 @@ func (a *Activities) BuildEvalReport(ctx context.Context, in workflows.EvalRepor
 	if err := exactlyOnce(in, rs); err != nil {
 		return workflows.EvalSweepResult{}, err
 	}
+	sortResults(rs)
+	rep := workflows.EvalReport{
+		SweepID: in.SweepID, WorkflowID: in.WorkflowID, Agent: in.Agent, Attempts: in.Attempts, S: in.S,
+		Summary: workflows.Summarize(rs), Rollouts: rs,
+	}
+	ref, err := store.PutJSON(ctx, a.Store, workflows.EvalReportKey(in.SweepID), rep)
+	if err != nil {
+		return workflows.EvalSweepResult{}, errs.Infraf("store eval report %s: %v", in.SweepID, err)
+	}
+	return workflows.EvalSweepResult{SweepID: in.SweepID, Summary: rep.Summary, Report: ref}, nil
+}
+
+// sortResults orders a report's rollouts by task name and attempt.
+func sortResults(rs []workflows.RolloutResult) {
 	sort.Slice(rs, func(i, j int) bool {
 		a, b := rs[i], rs[j]
 		if a.Name != b.Name {
@@ -146,15 +160,6 @@ func (a *Activities) BuildEvalReport(ctx context.Context, in workflows.EvalRepor
 		}
 		return a.RolloutID < b.RolloutID
 	})
-	rep := workflows.EvalReport{
-		SweepID: in.SweepID, WorkflowID: in.WorkflowID, Agent: in.Agent, Attempts: in.Attempts, S: in.S,
-		Summary: workflows.Summarize(rs), Rollouts: rs,
-	}
-	ref, err := store.PutJSON(ctx, a.Store, workflows.EvalReportKey(in.SweepID), rep)
-	if err != nil {
-		return workflows.EvalSweepResult{}, errs.Infraf("store eval report %s: %v", in.SweepID, err)
-	}
-	return workflows.EvalSweepResult{SweepID: in.SweepID, Summary: rep.Summary, Report: ref}, nil
 }
 
 // exactlyOnce: a sweep's chunks hold each rollout once and all of them. It

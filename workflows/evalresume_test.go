@@ -1,0 +1,59 @@
+package workflows
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/store"
+)
+
+// Each outcome maps to the error type its Harbor result.json names and a
+// resume filters on; a clean end has none.
+func TestErrorTypeOfEachOutcome(t *testing.T) {
+	for _, c := range []struct {
+		r    RolloutResult
+		want string
+	}{
+		{RolloutResult{Outcome: OutcomeInfraError}, ErrorInfra},
+		{RolloutResult{Outcome: OutcomeVerifierError}, ErrorVerifier},
+		{RolloutResult{Outcome: OutcomeTaskInvalid}, ErrorTaskInvalid},
+		{RolloutResult{Outcome: OutcomeAborted}, ErrorRoutingMissing},
+		{RolloutResult{Outcome: OutcomeUnresolved, Scored: true, AgentEnd: AgentEndTimeout}, ErrorAgentTimeout},
+		{RolloutResult{Outcome: OutcomeUnresolved, Scored: true, AgentEnd: AgentEndContextExhausted}, ErrorContextLength},
+		{RolloutResult{Outcome: OutcomeResolved, Scored: true, AgentEnd: AgentEndCompleted}, ""},
+		{RolloutResult{Outcome: OutcomeTampered, Scored: true, AgentEnd: AgentEndCompleted}, ""},
+	} {
+		if got := c.r.ErrorType(); got != c.want {
+			t.Errorf("%s/%s: %q, want %q", c.r.Outcome, c.r.AgentEnd, got, c.want)
+		}
+	}
+	for _, typ := range DefaultResumeErrorTypes {
+		if CheckErrorTypes([]string{typ}) != nil {
+			t.Errorf("default %s is not a known type", typ)
+		}
+	}
+}
+
+// A resume's input names the field at fault.
+func TestEvalResumeInputNamesTheFieldAtFault(t *testing.T) {
+	ok := EvalResumeInput{SweepID: "s", Round: 1, Sweep: EvalSweepInput{
+		TaskManifest: &store.Ref{URI: "file:///m"}, Attempts: 1, Agent: activities.AgentSpec{Kind: activities.AgentOracle}}}
+	if err := ok.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for want, mut := range map[string]func(*EvalResumeInput){
+		"sweep_id is empty":          func(in *EvalResumeInput) { in.SweepID = "" },
+		"round 0 must be at least 1": func(in *EvalResumeInput) { in.Round = 0 },
+		"sweep.task_manifest":        func(in *EvalResumeInput) { in.Sweep.TaskManifest = nil },
+		"sweep.attempts 0":           func(in *EvalResumeInput) { in.Sweep.Attempts = 0 },
+		`error type "Nope"`:          func(in *EvalResumeInput) { in.ErrorTypes = []string{"Nope"} },
+	} {
+		in := ok
+		in.Sweep.TaskManifest = &store.Ref{URI: "file:///m"}
+		mut(&in)
+		if err := in.validate(); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: got %v", want, err)
+		}
+	}
+}
