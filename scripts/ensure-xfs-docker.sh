@@ -5,8 +5,9 @@
 # watches the writable layer (docs/verification.md, "storage_mb").
 #
 # It never touches the host's main daemon. It makes a sparse loop file
-# (T1FLOW_XFS_GB, default 4 GB, only what is written is allocated) under the
-# state directory and formats it: XFS mounted with pquota for overlay2 where
+# (T1FLOW_XFS_GB, default 16 GB: only what is written is allocated, and it is
+# mounted with discard, so what is deleted inside goes back to the host) under
+# the state directory and formats it: XFS mounted with pquota for overlay2 where
 # the kernel has XFS quotas (CONFIG_XFS_QUOTA), else btrfs with quota groups
 # for Docker's btrfs driver (this host's kernel has no XFS quotas); the
 # tools (xfsprogs or btrfs-progs) come from Debian, installed if missing.
@@ -25,7 +26,7 @@ set -euo pipefail
 STATE=${T1FLOW_HOME:-$(cd "$(dirname "$0")/.." && pwd)/.t1flow}
 RUN=${T1FLOW_XFS_RUN:-/run/t1flow-xfs}
 IMG=${T1FLOW_XFS_IMAGE:-$STATE/xfs/docker-xfs.img}
-GB=${T1FLOW_XFS_GB:-4}
+GB=${T1FLOW_XFS_GB:-16}
 SOCK=unix://$RUN/docker.sock
 MNT=$RUN/mnt
 
@@ -65,11 +66,11 @@ if [ -z "$FS" ]; then
   else say "this kernel has neither XFS quotas nor btrfs: storage_mb stays watched"; exit 1
   fi
 fi
-need() { command -v "$1" >/dev/null || { say "installing Debian's $2"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
+need() { command -v "$1" >/dev/null || { say "installing Debian's $2"; apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
 mkdir -p "$(dirname "$IMG")" "$MNT" "$RUN/exec"
 case $FS in
-xfs) need mkfs.xfs xfsprogs; driver=overlay2; opts=loop,pquota ;;
-btrfs) need mkfs.btrfs btrfs-progs; driver=btrfs; opts=loop ;;
+xfs) need mkfs.xfs xfsprogs; driver=overlay2; opts=loop,pquota,discard ;;
+btrfs) need mkfs.btrfs btrfs-progs; driver=btrfs; opts=loop,discard=async ;;
 *) say "T1FLOW_XFS_FS=$FS: want xfs or btrfs"; exit 2 ;;
 esac
 if [ ! -f "$IMG" ] || [ "$(cat "$IMG.fs" 2>/dev/null)" != "$FS" ]; then
