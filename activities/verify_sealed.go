@@ -157,11 +157,19 @@ const MaxChannelBytes = 8 << 20
 
 // verifiable ends the sandbox's disk watch and, if the watch stopped the
 // sandbox for writing past storage_mb, starts it again: the verifier still
-// runs on what the agent left.
+// runs on what the agent left. Where the kernel enforces the size, it is
+// raised by the verifier's headroom (sandbox.OpenDiskForVerifier): an agent
+// that filled its disk still gets verified, and its rollout says it hit
+// storage_mb as a watched one does.
 func (a *Activities) verifiable(ctx context.Context, id string, vr *VerifyResult) (container.InspectResponse, error) {
 	if a.stopDiskWatch(id) != nil {
 		vr.StorageLimit = true
 	}
+	full, err := a.Docker.OpenDiskForVerifier(ctx, id)
+	if err != nil {
+		return container.InspectResponse{}, errs.Infraf("verifier headroom: %v", err)
+	}
+	vr.StorageLimit = vr.StorageLimit || full
 	ins, err := a.Docker.Client.ContainerInspect(ctx, id)
 	if err != nil {
 		return ins, err

@@ -144,6 +144,9 @@ func (d *Docker) sealAndBound(ctx context.Context, img string, lim Limits, hc *c
 	if err != nil {
 		return errs.Infraf("storage limit for %s: %v", img, err)
 	}
+	if !d.diskSaid.Swap(true) {
+		d.sayDiskPlan(plan)
+	}
 	if plan.StorageOpt != nil {
 		hc.StorageOpt = plan.StorageOpt
 	}

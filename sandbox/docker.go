@@ -23,6 +23,8 @@ import (
 // Docker wraps the Docker client with t1flow's image and container rules.
 type Docker struct {
 	Client *client.Client
+	// Daemon says which daemon Client talks to and why (NewClient).
+	Daemon string
 	// Aliases maps FROM image patterns ('*' matches anything) to local images;
 	// "@base" is the sandbox base image.
 	Aliases map[string]string
@@ -42,25 +44,28 @@ type Docker struct {
 	// toolchain is the sealed verifier toolchain every sandbox gets mounted
 	// (EnsureToolchain); nil until it is ready.
 	toolchain atomic.Pointer[Toolchain]
+	// diskSaid is set once the storage_mb plan has been written to Log.
+	diskSaid atomic.Bool
 }
 
-// NewDocker connects to the daemon named by DOCKER_HOST (or the default
-// socket), negotiating the API version, and checks that it answers.
+// NewDocker connects to the daemon NewClient picks (DOCKER_HOST, else the
+// quota daemon when it answers, else the default socket), negotiating the API
+// version, and checks that it answers.
 func NewDocker(ctx context.Context, stateDir string) (*Docker, error) {
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	cli, which, err := NewClient(ctx)
 	if err != nil {
 		return nil, err
 	}
 	pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if _, err := cli.Ping(pctx); err != nil {
-		return nil, fmt.Errorf("docker daemon does not answer (%v): run scripts/ensure-sandbox-host.sh, or install Docker and start dockerd", err)
+		return nil, fmt.Errorf("docker daemon %s does not answer (%v): run scripts/ensure-sandbox-host.sh, or install Docker and start dockerd", which, err)
 	}
 	aliases := map[string]string{}
 	for k, v := range DefaultAliases {
 		aliases[k] = v
 	}
-	return &Docker{Client: cli, Aliases: aliases, StateDir: stateDir, Log: io.Discard}, nil
+	return &Docker{Client: cli, Daemon: which, Aliases: aliases, StateDir: stateDir, Log: io.Discard}, nil
 }
 
 // LoadAliases merges an alias file (TOML: [aliases] "pattern" = "image").

@@ -136,11 +136,11 @@ func newRig(t *testing.T) *rig {
 	if !testenv.Required() {
 		t.Skip("integration test: set T1FLOW_INTEGRATION=1")
 	}
-	cli, err := client.NewClientWithOpts(client.FromEnv, client.WithAPIVersionNegotiation())
+	ctx := context.Background()
+	cli, _, err := sandbox.NewClient(ctx) // the daemon the sandboxes use (the quota daemon where it runs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 	if _, err := cli.Ping(ctx); err != nil {
 		t.Fatalf("docker daemon does not answer: %v", err)
 	}

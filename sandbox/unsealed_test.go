@@ -75,4 +75,54 @@ func TestEachDefenceMatters(t *testing.T) {
 			t.Logf("%s sealed: %d/%d passed (%s)", name, vr.Passed, vr.Total, vr.Format)
 		})
 	}
+	t.Run("runner-channel-and-audit-hook", func(t *testing.T) {
+		r.t = t
+		inprocessDefencesMatter(t, r)
+	})
+}
+
+// inprocessDefencesMatter plays the in-process cheats (solution modules the
+// tests import) with the two defences of the sealed runner taken away in
+// turn, at judgment: the runner's channel (results judged by the files
+// alone) and the audit hook (the channel's comparison without the hook's
+// and plugin's evidence). Without the channel the report and exit-handler
+// forgeries resolve the task; without the hook's evidence the cheats that
+// patch sys.modules, builtins or call ctypes are no longer seen at all (they
+// would end unresolved instead of tampered). With both, every one is caught.
+func inprocessDefencesMatter(t *testing.T, r *rig) {
+	dir := filepath.Join(testenv.RepoRoot(), "examples/tb2/inventory-module")
+	img := r.image(dir, r.baseTag())
+	onlyHook := 0
+	for _, name := range []string{"report-rewrite.sh", "exit-forgery.sh", "sys-modules.sh", "builtins.sh", "ctypes.sh"} {
+		id := r.sandbox(img)
+		if code, out := r.exec(id, []string{"bash", "-c", readFile(t, filepath.Join(testenv.RepoRoot(), "examples/cheats/inprocess", name))}, nil, ""); code != 0 {
+			t.Fatalf("%s: planting: %d %s", name, code, out)
+		}
+		v := r.verify(id, dir)
+		vr, err := r.results(id)
+		if err != nil {
+			t.Fatalf("%s: results: %v\n%s", name, err, v.output)
+		}
+		all := activities.RunnerDisagrees(vr, v.channel)
+		noHook := v.channel
+		noHook.Evidence = nil
+		withoutHook := activities.RunnerDisagrees(vr, noHook)
+		t.Logf("%s: files alone %d/%d; %d findings with the hook, %d without", name, vr.Passed, vr.Total, len(all), len(withoutHook))
+		if len(all) == 0 {
+			t.Errorf("%s: not caught with every defence on", name)
+		}
+		if inprocessResolves[name] {
+			if vr.Total == 0 || vr.Passed != vr.Total {
+				t.Errorf("%s: without the channel (files alone) it should resolve the task: %d/%d", name, vr.Passed, vr.Total)
+			}
+			if len(withoutHook) == 0 {
+				t.Errorf("%s: the channel's comparison alone should catch it", name)
+			}
+		} else if len(withoutHook) == 0 {
+			onlyHook++
+		}
+	}
+	if onlyHook == 0 {
+		t.Errorf("no cheat was caught by the audit hook alone: this shows the hook matters for none")
+	}
 }

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Make sure this machine can host sandboxes: debootstrap (to build the base
-# image offline) and a Docker daemon that answers. Use what is there; on Debian
-# as root, install what is missing (docker.io, debootstrap) and start dockerd in
-# the background; otherwise say what to install.
+# image offline) and a Docker daemon that answers: as root, the quota daemon
+# of scripts/ensure-xfs-docker.sh (storage_mb enforced by the kernel), else
+# the main one. Use what is there; on Debian as root, install what is missing
+# (docker.io, debootstrap) and start dockerd in the background; otherwise say
+# what to install.
 set -euo pipefail
 STATE=${T1FLOW_HOME:-$(cd "$(dirname "$0")/.." && pwd)/.t1flow}
 
@@ -23,6 +25,21 @@ if [ ${#pkgs[@]} -gt 0 ]; then
     echo "  debootstrap builds the sandbox base image offline; Docker runs the sandboxes (or set DOCKER_HOST)." >&2
     exit 1
   fi
+fi
+
+# storage_mb enforced by the kernel: sandboxes run on a second dockerd whose
+# data root is a loop filesystem with quotas (scripts/ensure-xfs-docker.sh;
+# t1flow picks its socket when it answers, sandbox.NewClient). The main daemon
+# is never reconfigured. Where it cannot start (not root, no XFS quotas nor
+# btrfs in the kernel), sandboxes use the main daemon and storage_mb is only
+# watched: said here and in the worker's log. T1FLOW_QUOTA_DOCKER=0 skips it.
+if [ "${T1FLOW_QUOTA_DOCKER:-1}" != 0 ] && [ -z "${DOCKER_HOST:-}" ]; then
+  if [ "$(id -u)" = 0 ] && "$(dirname "$0")/ensure-xfs-docker.sh" start; then
+    exit 0
+  fi
+  echo "ensure-sandbox-host: WARNING: no quota daemon (scripts/ensure-xfs-docker.sh failed or needs root):" >&2
+  echo "  sandboxes use the main daemon and storage_mb is only WATCHED there, not enforced by the kernel" >&2
+  echo "  (docs/verification.md, \"storage_mb\")." >&2
 fi
 
 if command -v docker >/dev/null && answers; then

@@ -5,14 +5,17 @@
 # watches the writable layer (docs/verification.md, "storage_mb").
 #
 # It never touches the host's main daemon. It makes a sparse loop file
-# (T1FLOW_XFS_GB, default 4 GB, only what is written is allocated) under the
-# state directory and formats it: XFS mounted with pquota for overlay2 where
+# (T1FLOW_XFS_GB, default 16 GB: only what is written is allocated, and it is
+# mounted with discard, so what is deleted inside goes back to the host) under
+# the state directory and formats it: XFS mounted with pquota for overlay2 where
 # the kernel has XFS quotas (CONFIG_XFS_QUOTA), else btrfs with quota groups
 # for Docker's btrfs driver (this host's kernel has no XFS quotas); the
 # tools (xfsprogs or btrfs-progs) come from Debian, installed if missing.
 # It mounts it at $RUN/mnt and starts a SECOND dockerd with its own data root
 # there, its own socket, exec root, pidfile and containerd, and its own
-# bridge (t1flow-xfs0, no iptables rules: its sandboxes get no internet).
+# bridge (t1flow-xfs0; its daemon edits no iptables chains, and this script
+# adds three NAT/forward rules that match only that bridge, for tasks with
+# allow_internet).
 # Never `--bridge none`: a dockerd started so deletes the host's docker0,
 # the main daemon's default bridge. T1FLOW_XFS_FS=xfs|btrfs forces one.
 # Point t1flow at it with
@@ -25,12 +28,47 @@ set -euo pipefail
 STATE=${T1FLOW_HOME:-$(cd "$(dirname "$0")/.." && pwd)/.t1flow}
 RUN=${T1FLOW_XFS_RUN:-/run/t1flow-xfs}
 IMG=${T1FLOW_XFS_IMAGE:-$STATE/xfs/docker-xfs.img}
-GB=${T1FLOW_XFS_GB:-4}
+GB=${T1FLOW_XFS_GB:-16}
 SOCK=unix://$RUN/docker.sock
 MNT=$RUN/mnt
 
 say() { echo "ensure-xfs-docker: $*" >&2; }
 answers() { timeout 10 docker -H "$SOCK" version --format '{{.Server.Version}}' >/dev/null 2>&1; }
+
+# Sandboxes of tasks with allow_internet (network "bridge") reach out through
+# NAT rules of this bridge's own: the daemon runs with --iptables=false, so it
+# never edits the chains the main daemon owns, and these three rules match
+# only $BR's traffic (removed again by `stop`).
+BR=${T1FLOW_XFS_BRIDGE:-t1flow-xfs0}
+NET=${T1FLOW_XFS_BRIDGE_NET:-10.213.77.0/24}
+RULES=("-t nat POSTROUTING -s $NET ! -o $BR -j MASQUERADE"
+  "FORWARD -i $BR ! -o $BR -j ACCEPT"
+  "FORWARD -o $BR -m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT")
+ensure_nat() {
+  if ! command -v iptables >/dev/null; then
+    say "no iptables: sandboxes of tasks with allow_internet get no internet on this daemon"; return 0
+  fi
+  local r
+  for r in "${RULES[@]}"; do
+    # shellcheck disable=SC2086 # each rule is words
+    set -- $r
+    if [ "$1" = -t ]; then
+      iptables -t nat -C "${@:3}" 2>/dev/null || iptables -t nat -A "${@:3}"
+    else
+      iptables -C "$@" 2>/dev/null || iptables -I "$@"
+    fi
+  done
+  [ "$(cat /proc/sys/net/ipv4/ip_forward)" = 1 ] || { say "enabling net.ipv4.ip_forward for allow_internet sandboxes"; echo 1 >/proc/sys/net/ipv4/ip_forward; }
+}
+drop_nat() {
+  command -v iptables >/dev/null || return 0
+  local r
+  for r in "${RULES[@]}"; do
+    # shellcheck disable=SC2086
+    set -- $r
+    if [ "$1" = -t ]; then iptables -t nat -D "${@:3}" 2>/dev/null || true; else iptables -D "$@" 2>/dev/null || true; fi
+  done
+}
 
 case "${1:-start}" in
 status)
@@ -43,12 +81,16 @@ stop)
     for _ in $(seq 1 40); do [ -e "/proc/$pid" ] || break; sleep 0.5; done
   fi
   mountpoint -q "$MNT" && umount "$MNT"
+  drop_nat
   exit 0 ;;
 start) ;;
 *) say "usage: $0 [start|stop|status]"; exit 2 ;;
 esac
 
-answers && exit 0
+if answers; then
+  [ "$(id -u)" != 0 ] || ensure_nat
+  exit 0
+fi
 if [ "$(id -u)" != 0 ]; then
   say "needs root (a loop mount and a dockerd)"; exit 1
 fi
@@ -65,11 +107,11 @@ if [ -z "$FS" ]; then
   else say "this kernel has neither XFS quotas nor btrfs: storage_mb stays watched"; exit 1
   fi
 fi
-need() { command -v "$1" >/dev/null || { say "installing Debian's $2"; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
+need() { command -v "$1" >/dev/null || { say "installing Debian's $2"; apt-get update -qq >/dev/null; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null; }; }
 mkdir -p "$(dirname "$IMG")" "$MNT" "$RUN/exec"
 case $FS in
-xfs) need mkfs.xfs xfsprogs; driver=overlay2; opts=loop,pquota ;;
-btrfs) need mkfs.btrfs btrfs-progs; driver=btrfs; opts=loop ;;
+xfs) need mkfs.xfs xfsprogs; driver=overlay2; opts=loop,pquota,discard ;;
+btrfs) need mkfs.btrfs btrfs-progs; driver=btrfs; opts=loop,discard=async ;;
 *) say "T1FLOW_XFS_FS=$FS: want xfs or btrfs"; exit 2 ;;
 esac
 if [ ! -f "$IMG" ] || [ "$(cat "$IMG.fs" 2>/dev/null)" != "$FS" ]; then
@@ -86,12 +128,12 @@ case $FS in
 xfs) grep -q " $MNT xfs .*prjquota" /proc/mounts || { say "$MNT is not mounted with project quotas"; exit 1; } ;;
 btrfs) btrfs quota enable "$MNT" ;;
 esac
-BR=${T1FLOW_XFS_BRIDGE:-t1flow-xfs0}
 if ! ip link show "$BR" >/dev/null 2>&1; then
   ip link add name "$BR" type bridge
   ip addr add "${T1FLOW_XFS_BRIDGE_CIDR:-10.213.77.1/24}" dev "$BR"
   ip link set "$BR" up
 fi
+ensure_nat
 say "starting a second dockerd on $SOCK (data root $MNT/docker, log $RUN/dockerd.log)"
 setsid nohup dockerd --data-root "$MNT/docker" --exec-root "$RUN/exec" --pidfile "$RUN/docker.pid" \
   -H "$SOCK" --bridge "$BR" --iptables=false --ip-masq=false --ip-forward=false --storage-driver "$driver" \

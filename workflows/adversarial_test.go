@@ -60,8 +60,10 @@ var inlineCheats = map[string]string{
 	"output-flood":   "yes 'flood flood flood' | head -c 200000000; echo planted",
 	"network-egress": "curl -sS -m 5 -o /app/freq.txt https://example.com/ 2>&1; echo planted",
 	"disk-fill":      "(for i in $(seq 1 40); do head -c 10000000 /dev/zero > /app/fill.$i; sleep 0.1; done) ; echo planted",
-	// As fast as the disk takes it: the watcher sees hundreds of MB go by
-	// between two polls (a quota daemon stops it at the limit instead).
+	// As fast as the disk takes it: on the quota daemon (the default where
+	// the setup could start it) the kernel stops it at storage_mb and the
+	// verifier, given its headroom, reports the full disk; where storage_mb
+	// is only watched, the watcher sees hundreds of MB go by between polls.
 	"disk-fill-fast": "head -c 1000000000 /dev/zero > /app/bomb; sleep 5; echo planted",
 }
 

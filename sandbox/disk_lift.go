@@ -1,0 +1,92 @@
+package sandbox
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// VerifierHeadroomMB is what the sealed verifier may write in a sandbox whose
+// size the kernel enforces, on top of what the agent left: its staged tests,
+// /logs/verifier, the runner's caches. Without it an agent that fills its
+// storage_mb makes the verifier fail to stage its tests (docker cp: "disk
+// quota exceeded"), which would read as an infrastructure error rather than
+// the agent's failure. The agent's processes are all dead by then, so the
+// headroom is the verifier's (and the in-process test code's, bounded too).
+var VerifierHeadroomMB int64 = 512
+
+// OpenDiskForVerifier raises a kernel-limited sandbox's size by
+// VerifierHeadroomMB before verification, and says whether the agent had
+// filled it (its quota group at the limit). A sandbox without a daemon size
+// (unlimited, or watched: the watch is stopped before verification) needs
+// nothing. Only the btrfs driver's quota group is raised, from this host: the
+// daemon must be local (the quota daemon of scripts/ensure-xfs-docker.sh is);
+// overlay2 on XFS project quotas is not handled yet: that is written to Log
+// and the verification goes on at the agent's size.
+func (d *Docker) OpenDiskForVerifier(ctx context.Context, id string) (full bool, err error) {
+	ins, err := d.Client.ContainerInspect(ctx, id)
+	if err != nil {
+		return false, err
+	}
+	size := ins.HostConfig.StorageOpt["size"]
+	if size == "" {
+		return false, nil
+	}
+	mb, err := strconv.ParseInt(strings.TrimSuffix(size, "M"), 10, 64)
+	if err != nil {
+		return false, fmt.Errorf("sandbox %s: storage size %q is not DiskLimit's NNNM", id, size)
+	}
+	if ins.GraphDriver.Name != "btrfs" {
+		fmt.Fprintf(d.Log, "sandbox: WARNING: %s: the verifier's headroom is raised for the btrfs driver only, not %s: a sandbox its agent filled may fail to verify\n", id, ins.GraphDriver.Name)
+		return false, nil
+	}
+	info, err := d.Client.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	mid, err := os.ReadFile(filepath.Join(info.DockerRootDir, "image/btrfs/layerdb/mounts", ins.ID, "mount-id"))
+	if err != nil {
+		return false, fmt.Errorf("sandbox %s: its btrfs subvolume (is the daemon on this host?): %w", id, err)
+	}
+	m := strings.TrimSpace(string(mid))
+	sub := filepath.Join(info.DockerRootDir, "btrfs/subvolumes", m)
+	if full, err = qgroupFull(ctx, sub); err != nil {
+		return false, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	limit := (mb + VerifierHeadroomMB) << 20
+	// The driver applies the size recorded here again each time it mounts
+	// the subvolume (docker cp does): it must say the raised one.
+	if err := os.WriteFile(filepath.Join(info.DockerRootDir, "btrfs/quotas", m), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+		return false, fmt.Errorf("sandbox %s: record its raised size: %w", id, err)
+	}
+	if out, err := exec.CommandContext(ctx, "btrfs", "qgroup", "limit", strconv.FormatInt(limit, 10), sub).CombinedOutput(); err != nil {
+		return false, fmt.Errorf("sandbox %s: btrfs qgroup limit %d %s: %v: %s", id, limit, sub, err, strings.TrimSpace(string(out)))
+	}
+	return full, nil
+}
+
+// qgroupFull says whether the subvolume's quota group holds its limit, to
+// within 1 MB: the agent ran out of storage_mb.
+func qgroupFull(ctx context.Context, sub string) (bool, error) {
+	out, err := exec.CommandContext(ctx, "btrfs", "qgroup", "show", "-ref", "--raw", sub).CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("btrfs qgroup show %s: %v: %s", sub, err, strings.TrimSpace(string(out)))
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 4 || !strings.HasPrefix(f[0], "0/") {
+			continue
+		}
+		used, err1 := strconv.ParseInt(f[1], 10, 64)
+		lim, err2 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil || err2 != nil {
+			break
+		}
+		return used >= lim-1<<20, nil
+	}
+	return false, fmt.Errorf("btrfs qgroup show %s: no quota group line in %q", sub, out)
+}
