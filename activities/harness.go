@@ -121,6 +121,9 @@ const defaultMaxNewTokens = 512
 
 // modelTurn runs one turn of a model-driven agent.
 func (a *Activities) modelTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	// A long prefill, or a handoff's four generations, outlast the turn's
+	// heartbeat timeout: a turn thought dead would be retried beside itself.
+	defer heartbeat.Every(ctx, 3*time.Second, nil)()
 	ep, err := a.episode(in.RolloutID, in.Sandbox.Name)
 	if err != nil {
 		return TurnResult{}, err
@@ -151,7 +154,11 @@ func (a *Activities) modelTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	return a.policyTurn(ctx, in, ep)
 }
 
-// eval only, so there are no token IDs to keep.
+// chatTurn drives a hosted model over chat completions: text in and out,
+// eval only, so there are no token IDs to keep. On Terminus-2 nothing caps
+// the reply and no temperature is sent unless the agent sets them (Harbor
+// leaves both to the model), and a reply cut by the length limit is
+// answered in the same turn.
 func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (TurnResult, error) {
 	start := time.Now()
 	key := ""
@@ -173,7 +180,22 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		}
 		msgs = append(msgs, seg.Messages...)
 	}
-	reply, _, err := cc.Complete(ctx, msgs, maxNewTokens(in.Agent), in.Agent.Temperature)
+	maxTok, temp := maxNewTokens(in.Agent), &in.Agent.Temperature
+	if in.Agent.Terminus2() {
+		maxTok = in.Agent.MaxNewTokens
+		if in.Agent.Temperature == 0 {
+			temp = nil
+		}
+	}
+	reply, finish, err := cc.Complete(ctx, msgs, maxTok, temp)
+	for retries := 0; err == nil && finish == "length" && in.Agent.Terminus2() && retries < maxLengthRetries; retries++ {
+		var cut []inference.ChatMessage
+		if cut, err = a.chatLengthRetry(ctx, in.Agent, reply); err != nil {
+			return TurnResult{}, err
+		}
+		seg.Messages, msgs = append(seg.Messages, cut...), append(msgs, cut...)
+		reply, finish, err = cc.Complete(ctx, msgs, maxTok, temp)
+	}
 	if err != nil {
 		var se *httpjson.StatusError
 		if errors.As(err, &se) && se.Status == 400 && strings.Contains(strings.ToLower(se.Msg), "context") {
@@ -196,6 +218,20 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		return TurnResult{}, err
 	}
 	return seg.Result, nil
+}
+
+// chatLengthRetry is what a chat agent's cut reply adds to the
+// conversation: the reply, then Terminus-2's answer to it.
+func (a *Activities) chatLengthRetry(ctx context.Context, agent AgentSpec, reply string) ([]inference.ChatMessage, error) {
+	s, err := a.harborSpec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := s.LengthRetry(reply, agent.MaxNewTokens)
+	if err != nil {
+		return nil, errs.Infraf("harbor %s: %v", s.HarborVersion, err)
+	}
+	return []inference.ChatMessage{{Role: "assistant", Content: reply}, {Role: "user", Content: msg}}, nil
 }
 
 // act types a model's answer into the sandbox's terminal (pane read from

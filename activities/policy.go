@@ -222,8 +222,6 @@ func (e *episode) sample(ctx context.Context, pool *inference.Pool, session stri
 	return g.Text, nil
 }
 
-// chatTurn drives a hosted model over chat completions: text in and out,
-
 // exhausted ends the episode as context_exhausted (a normal end, not a
 // failure), or returns err.
 func (a *Activities) exhausted(ep *episode, seg segment, err error) (TurnResult, error) {
