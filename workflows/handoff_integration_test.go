@@ -111,13 +111,19 @@ func TestPolicyHandsOffTheContextAndItsSegmentsTrain(t *testing.T) {
 	for _, ref := range append([]store.Ref{*ro.Trajectory}, ro.Segments...) {
 		batch = append(batch, gpu.TrajectoryRef{Trajectory: ref, Reward: ro.Reward, PolicyVersion: ro.PolicyVersions[0]})
 	}
-	gacts := &gpu.Activities{Trainer: gpu.NewClient(tr.URL()), Store: r.st, WorkDir: filepath.Join(r.dir, "gpu")}
-	m, err := gacts.TrainerPPOStep(context.Background(), gpu.TrainInput{Key: "t/ppo/1", Preset: "small", Trajectories: batch})
+	// A minibatch over 5,000-token contexts outlasts the default minute
+	// without progress on a loaded 2-core machine.
+	gacts := &gpu.Activities{Trainer: gpu.NewClient(tr.URL()), Store: r.st, WorkDir: filepath.Join(r.dir, "gpu"), StallWindow: 10 * time.Minute}
+	// One update epoch: each context is its own minibatch either way.
+	m, err := gacts.TrainerPPOStep(context.Background(), gpu.TrainInput{Key: "t/ppo/1", Preset: "small", Trajectories: batch, Hyper: map[string]any{"update_epochs": 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if g, _ := m.Float("logprob_gap_replay"); g > 1e-3 {
 		t.Errorf("the trainer does not reproduce the sampler on the segments: gap %v", g)
+	}
+	if n, _ := m.Float("trajectories"); int(n) != 3 {
+		t.Errorf("the PPO step trained %v trajectories, want the 3 contexts", n)
 	}
 	if tk, _ := m.Float("tokens"); int(tk) != ep.LossTokens {
 		t.Errorf("trainer saw %v loss tokens, the segments have %d", tk, ep.LossTokens)
