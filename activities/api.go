@@ -63,6 +63,10 @@ type AgentSpec struct {
 	MaxNewTokens int     `json:"max_new_tokens,omitempty"` // per turn; default 512
 	Temperature  float64 `json:"temperature"`              // RL rollouts sample at 1.0
 	MaxContext   int     `json:"max_context,omitempty"`    // tokens; 0: the model's context
+	// HandoffTokens: on Terminus-2, a policy hands off to a fresh context
+	// when fewer tokens than this remain (0: Harbor's default, its
+	// proactive_summarization_threshold; negative: never).
+	HandoffTokens int `json:"handoff_tokens,omitempty"`
 	// MaxRerouted is the share of context positions re-run on a prefix-cache
 	// miss that may change experts before the turn aborts; 0: DefaultMaxRerouted.
 	MaxRerouted float64 `json:"max_rerouted,omitempty"`
@@ -276,7 +280,12 @@ type RoutingReport struct {
 
 // EpisodeResult is the trajectory's claim check and its reports.
 type EpisodeResult struct {
-	Trajectory     *store.Ref     `json:"trajectory,omitempty"` // policy agents only
+	Trajectory *store.Ref `json:"trajectory,omitempty"` // policy agents only
+	// Segments are the trajectories of the contexts after the first: each
+	// Terminus-2 handoff opens new ones (docs/harness.md). PPO trains each
+	// as a sample of its own with the rollout's reward.
+	Segments       []store.Ref    `json:"segments,omitempty"`
+	Handoffs       int            `json:"handoffs,omitempty"`
 	Turns          int            `json:"turns"`
 	Tokens         int            `json:"tokens"`
 	LossTokens     int            `json:"loss_tokens"`

@@ -9,30 +9,42 @@ import (
 	"sort"
 	"strings"
 	"sync"
-	"time"
 
 	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
-	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/trajectory"
 )
 
 // segment is what one turn added to the episode, persisted on the sandbox
 // host so a restarted worker continues the same episode.
 type segment struct {
-	Turn        int        `json:"turn"`
-	Result      TurnResult `json:"result"`
-	PromptLen   int        `json:"prompt_len"`  // input_ids sent to the sampler this turn
-	PromptHash  string     `json:"prompt_hash"` // sha256 of those input_ids
-	Tokens      []int32    `json:"tokens"`      // appended this turn: [generated..., glue...]
-	LossMask    []uint8    `json:"loss_mask"`
-	Logprobs    []float32  `json:"logprobs"`
-	Routing     []int32    `json:"routing"` // for positions [CoveredFrom, CoveredTo)
-	CoveredFrom int        `json:"covered_from"`
-	CoveredTo   int        `json:"covered_to"`
-	Sampled     []int32    `json:"sampled"` // the sampler's output_ids, verbatim
+	Turn   int        `json:"turn"`
+	Result TurnResult `json:"result"`
+	// A turn can hold more than one generation: a reply cut by the length
+	// limit and the retry that answers it, or a context handoff's
+	// sub-steps. Every segment but the turn's last is Partial (Step names
+	// it) and is kept in its own file, so a retried turn resumes after it.
+	Partial bool   `json:"partial,omitempty"`
+	Step    string `json:"step,omitempty"`
+	Reply   string `json:"reply,omitempty"` // a partial segment's reply text
+	// Context is the token context the segment extends (0: the episode's
+	// first; a handoff opens new ones), after dropping the context's last
+	// Rewind tokens (the observation glue a handoff never sent).
+	Context int `json:"context,omitempty"`
+	Rewind  int `json:"rewind,omitempty"`
+	// Prompt is Terminus-2's first prompt (turn 0), which a handoff's
+	// continuing context starts with.
+	Prompt      string    `json:"prompt,omitempty"`
+	PromptLen   int       `json:"prompt_len"`  // input_ids sent to the sampler this turn
+	PromptHash  string    `json:"prompt_hash"` // sha256 of those input_ids
+	Tokens      []int32   `json:"tokens"`      // appended this turn: [generated..., glue...]
+	LossMask    []uint8   `json:"loss_mask"`
+	Logprobs    []float32 `json:"logprobs"`
+	Routing     []int32   `json:"routing"` // for positions [CoveredFrom, CoveredTo)
+	CoveredFrom int       `json:"covered_from"`
+	CoveredTo   int       `json:"covered_to"`
+	Sampled     []int32   `json:"sampled"` // the sampler's output_ids, verbatim
 	// What else the sampler returned, kept apart from the assembled tokens
 	// for the drift audit; SamplerMeta is false in turns recorded before.
 	SamplerMeta     bool      `json:"sampler_meta,omitempty"`
@@ -54,15 +66,26 @@ type segment struct {
 	Done       bool                    `json:"done"`
 }
 
-// episode is the assembled state of one sandbox's episode.
-type episode struct {
-	dir      string
-	segs     []segment
+// tokenContext is one context the sampler saw, as the trajectory trains
+// on it: a handoff starts a new one.
+type tokenContext struct {
 	tokens   []int32
 	mask     []uint8
 	logprobs []float32
 	routing  []int32
 	covered  int
+	parts    []int // indexes into episode.all of the segments in it
+}
+
+// episode is the assembled state of one sandbox's episode; its
+// tokenContext is the context the last segment extended.
+type episode struct {
+	dir string
+	*tokenContext
+	contexts []*tokenContext
+	segs     []segment // the segment that ended each turn
+	partial  []segment // the current turn's partial segments
+	all      []segment // every segment, in order
 	messages []inference.ChatMessage
 	offset   int64
 	pending  bool
@@ -73,16 +96,44 @@ type episode struct {
 
 // end is the trajectory's length: through the last sampled token, which
 // has no routing row (covered counts the positions that have one).
-func (e *episode) end() int {
-	if e.covered == 0 {
+func (c *tokenContext) end() int {
+	if c.covered == 0 {
 		return 0
 	}
 	// min: an episode journaled before T−1 rows held a row per token.
-	return min(e.covered+1, len(e.tokens))
+	return min(c.covered+1, len(c.tokens))
+}
+
+// use makes context i (opened if new) the current one.
+func (e *episode) use(i int) {
+	for len(e.contexts) <= i {
+		e.contexts = append(e.contexts, &tokenContext{})
+	}
+	e.tokenContext = e.contexts[i]
+}
+
+// current is the index of the current context.
+func (e *episode) current() int {
+	for i, c := range e.contexts {
+		if c == e.tokenContext {
+			return i
+		}
+	}
+	return 0
 }
 
 func (e *episode) apply(s segment) {
-	e.segs = append(e.segs, s)
+	e.all = append(e.all, s)
+	if s.Partial {
+		e.partial = append(e.partial, s)
+	} else {
+		e.segs, e.partial = append(e.segs, s), nil
+	}
+	e.use(s.Context)
+	e.parts = append(e.parts, len(e.all)-1)
+	if k := len(e.tokens) - s.Rewind; s.Rewind > 0 && k >= 0 {
+		e.tokens, e.mask, e.logprobs = e.tokens[:k], e.mask[:k], e.logprobs[:k]
+	}
 	e.tokens = append(e.tokens, s.Tokens...)
 	e.mask = append(e.mask, s.LossMask...)
 	e.logprobs = append(e.logprobs, s.Logprobs...)
@@ -91,8 +142,9 @@ func (e *episode) apply(s segment) {
 		e.covered = s.CoveredTo
 	}
 	e.messages = append(e.messages, s.Messages...)
-	e.offset = s.PaneOffset
-	e.pending = s.Pending
+	if !s.Partial {
+		e.offset, e.pending = s.PaneOffset, s.Pending
+	}
 }
 
 type episodes struct {
@@ -123,6 +175,7 @@ func (a *Activities) episode(rolloutID, sandbox string) (*episode, error) {
 		return nil, errs.Infraf("episode dir: %v", err)
 	}
 	e := &episode{dir: dir}
+	e.use(0)
 	files, _ := filepath.Glob(filepath.Join(dir, "turn-*.json"))
 	sort.Strings(files)
 	for _, f := range files {
@@ -155,7 +208,12 @@ func (e *episode) commit(s segment) error {
 	if err != nil {
 		return err
 	}
-	p := filepath.Join(e.dir, fmt.Sprintf("turn-%05d.json", s.Turn))
+	// A partial segment's file sorts before its turn's last: turn-00003.01.json < turn-00003.json.
+	name := fmt.Sprintf("turn-%05d.json", s.Turn)
+	if s.Partial {
+		name = fmt.Sprintf("turn-%05d.%02d.json", s.Turn, len(e.partial)+1)
+	}
+	p := filepath.Join(e.dir, name)
 	tmp := p + ".tmp"
 	if err := os.WriteFile(tmp, b, 0o644); err != nil {
 		return errs.Infraf("episode: %v", err)
@@ -242,119 +300,6 @@ func tokenize(ctx context.Context, tk tokenizer, session string, pieces harness.
 		out = append(out, toInt32(ids)...)
 	}
 	return out, nil
-}
-
-// FinishEpisode assembles a model-driven episode on its sandbox host: the
-// trajectory (policy agents) goes to the artifact store with its TITO drift
-// audit and R3 routing report; the workflow gets the claim check.
-func (a *Activities) FinishEpisode(ctx context.Context, in FinishEpisodeInput) (EpisodeResult, error) {
-	defer heartbeat.Every(ctx, 5*time.Second, nil)()
-	ep, err := a.episode(in.RolloutID, in.Sandbox.Name)
-	if err != nil {
-		return EpisodeResult{}, err
-	}
-	res := EpisodeResult{Turns: len(ep.segs), StitchCases: map[string]int{}}
-	if len(ep.segs) > 0 && ep.segs[0].PromptLen > 0 {
-		res.StitchCases[harness.StitchInitial] = 1
-	}
-	versions := map[string]bool{}
-	for _, s := range ep.segs {
-		if s.Result.Stitch != "" {
-			res.StitchCases[s.Result.Stitch]++
-		}
-		if s.Result.ParseError != "" {
-			res.ParseErrors++
-		}
-		if s.Version != "" {
-			versions[s.Version] = true
-		}
-	}
-	for v := range versions {
-		res.PolicyVersions = append(res.PolicyVersions, v)
-	}
-	sort.Strings(res.PolicyVersions)
-	if in.Agent.Kind != AgentPolicy || ep.covered == 0 {
-		return res, nil
-	}
-	pool, err := a.pool(in.Agent.Inference)
-	if err != nil {
-		return res, err
-	}
-	session := in.RolloutID + "/" + in.Sandbox.Name
-	if err := a.loadFacts(ctx, pool, session, ep); err != nil {
-		return res, err
-	}
-	f := ep.facts
-	// Trailing glue after the last generation was never processed by the
-	// sampler: the trajectory ends at its last sampled token.
-	n := ep.end()
-	rec := trajectory.Record{
-		Tokens: ep.tokens[:n], LossMask: ep.mask[:n], Logprobs: ep.logprobs[:n],
-		Meta: map[string]string{"rollout_id": in.RolloutID, "task_id": in.Task.ID, "policy_versions": strings.Join(res.PolicyVersions, ",")},
-	}
-	if f.MoE() {
-		rec.Routing, rec.Layers, rec.TopK, rec.Experts = ep.routing, len(f.MoELayers), f.TopK, f.Experts
-	}
-	if res.Drift, err = a.auditDrift(ctx, pool, session, ep, rec); err != nil {
-		return res, err
-	}
-	if res.Drift.PromptMismatches > 0 || res.Drift.LossMismatches > 0 {
-		// Never trained on: the trajectory is not what the sampler saw and emitted.
-		return res, errs.RoutingMissingf("TITO drift audit: %d prompt and %d loss-region mismatches against what the sampler was sent and returned", res.Drift.PromptMismatches, res.Drift.LossMismatches)
-	}
-	if f.MoE() {
-		// T−1 rows: every position but the last sampled token's.
-		res.Routing = RoutingReport{Positions: n, Covered: len(ep.routing) / (len(f.MoELayers) * f.TopK), Layers: len(f.MoELayers), TopK: f.TopK, Experts: f.Experts}
-		res.Routing.Valid = res.Routing.Covered == n-1
-		for _, s := range ep.segs {
-			res.Routing.Recomputed += s.Recomputed
-			res.Routing.Rerouted += s.Rerouted
-		}
-		if !res.Routing.Valid {
-			return res, errs.RoutingMissingf("routing covers %d positions of a %d-token trajectory, which needs %d (T−1)", res.Routing.Covered, n, n-1)
-		}
-	}
-	res.Tokens = n
-	for _, m := range rec.LossMask {
-		res.LossTokens += int(m)
-	}
-	b, err := rec.Encode()
-	if err != nil {
-		return res, errs.Infraf("encode trajectory: %v", err)
-	}
-	ref, err := a.Store.Put(ctx, fmt.Sprintf("rollouts/%s/trajectory-%s.safetensors", ids.Clean(in.RolloutID), ids.Clean(in.Sandbox.Name)), strings.NewReader(string(b)))
-	if err != nil {
-		return res, errs.Infraf("store trajectory: %v", err)
-	}
-	res.Trajectory = &ref
-	return res, nil
-}
-
-// auditDrift runs the drift audit over the first n positions of the
-// trajectory as it will be stored, against what the sampler was sent and
-// returned, and measures what re-encoding the rendered conversation would
-// have changed (one /tokenize per turn, special tokens parsed, as a text
-// harness does).
-func (a *Activities) auditDrift(ctx context.Context, pool *inference.Pool, session string, ep *episode, rec trajectory.Record) (DriftReport, error) {
-	turns := make([]harness.Turn, len(ep.segs))
-	var assembled, reencoded [][]int32
-	for i, s := range ep.segs {
-		turns[i] = harness.Turn{PromptLen: s.PromptLen, PromptHash: s.PromptHash, Sampled: s.Sampled, CheckSamplerMeta: s.SamplerMeta,
-			MetaPrompt: s.MetaPrompt, MetaCompletion: s.MetaCompletion, LogprobIDs: s.LogprobIDs, SampledLogprobs: s.SampledLogprobs}
-		if !s.SamplerMeta || len(s.Tokens) == 0 {
-			continue
-		}
-		ids, err := a.tokenizer(pool).Tokenize(ctx, session, s.Rendered, false)
-		if err != nil {
-			return DriftReport{}, inferenceErr(err)
-		}
-		assembled, reencoded = append(assembled, s.Tokens), append(reencoded, toInt32(ids))
-	}
-	d := harness.AuditDrift(rec.Tokens, rec.LossMask, rec.Logprobs, turns, len(rec.Tokens))
-	if differ, total := harness.ReencodedTokens(assembled, reencoded); total > 0 {
-		d.ReencodedContextShare = float64(differ) / float64(total)
-	}
-	return d, nil
 }
 
 // openEpisode starts the sandbox's terminal for a model-driven episode and

@@ -121,6 +121,9 @@ const defaultMaxNewTokens = 512
 
 // modelTurn runs one turn of a model-driven agent.
 func (a *Activities) modelTurn(ctx context.Context, in TurnInput) (TurnResult, error) {
+	// A long prefill, or a handoff's four generations, outlast the turn's
+	// heartbeat timeout: a turn thought dead would be retried beside itself.
+	defer heartbeat.Every(ctx, 3*time.Second, nil)()
 	ep, err := a.episode(in.RolloutID, in.Sandbox.Name)
 	if err != nil {
 		return TurnResult{}, err
@@ -151,194 +154,11 @@ func (a *Activities) modelTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	return a.policyTurn(ctx, in, ep)
 }
 
-// policyTurn drives the policy token in, token out: the context is the
-// episode's tokens plus glue tokenized from text, never re-encoded output.
-func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) (TurnResult, error) {
-	start := time.Now()
-	pool, err := a.pool(in.Agent.Inference)
-	if err != nil {
-		return TurnResult{}, err
-	}
-	session := in.RolloutID + "/" + in.Sandbox.Name
-	if err := ep.model(ctx, pool, a.modelFiles(), session); err != nil {
-		return TurnResult{}, err
-	}
-	if err := a.loadFacts(ctx, pool, session, ep); err != nil {
-		return TurnResult{}, err
-	}
-	seg := segment{Turn: in.Turn}
-	var glue []int32
-	if in.Turn == 0 {
-		obs, off, err := a.openEpisode(ctx, in)
-		if err != nil {
-			return TurnResult{}, err
-		}
-		seg.PaneOffset = off
-		first := harness.FirstPromptPieces(ep.chat, obs)
-		if in.Agent.Terminus2() {
-			first = harness.UserFirstPieces(ep.chat, obs)
-		}
-		if glue, err = tokenize(ctx, a.tokenizer(pool), session, first); err != nil {
-			return TurnResult{}, err
-		}
-		seg.Rendered = first.String()
-	}
-	prompt := append(append([]int32{}, ep.tokens...), glue...)
-	limit := ep.facts.ContextLen
-	if in.Agent.MaxContext > 0 && in.Agent.MaxContext < limit {
-		limit = in.Agent.MaxContext
-	}
-	if len(prompt)+maxNewTokens(in.Agent) > limit {
-		// A normal end, not a failure: the next turn would not fit.
-		seg.Result = TurnResult{Turn: in.Turn, Done: true, EndReason: EndContextExhausted}
-		seg.Done = true
-		seg.PaneOffset = max(seg.PaneOffset, ep.offset)
-		return seg.Result, ep.commit(seg)
-	}
-	reply, err := ep.sample(ctx, pool, session, in.Agent, &seg, prompt, glue)
-	if err != nil {
-		return TurnResult{}, err
-	}
-	obs, terminalMs, err := a.act(ctx, in, &seg, reply, ep.offset, ep.pending)
-	if err != nil {
-		return TurnResult{}, err
-	}
-	seg.Result.TerminalMs = terminalMs
-	seg.Result.DurationMs = time.Since(start).Milliseconds()
-	// What was typed and seen is journaled before anything else can fail:
-	// a retry continues from here and never samples or types this turn again.
-	if err := a.writeJournal(in, journalEntry{State: journalTyped, Command: seg.Result.Command, Segment: &seg, Obs: obs}); err != nil {
-		return TurnResult{}, err
-	}
-	return a.afterTyping(ctx, in, ep, seg, obs)
-}
-
-// afterTyping ends a policy turn whose keystrokes were sent: the next turn's
-// observation glue is tokenized once (masked) and the turn is committed.
-func (a *Activities) afterTyping(ctx context.Context, in TurnInput, ep *episode, seg segment, obs string) (TurnResult, error) {
-	start := time.Now()
-	if !seg.Done {
-		pool, err := a.pool(in.Agent.Inference)
-		if err != nil {
-			return TurnResult{}, err
-		}
-		session := in.RolloutID + "/" + in.Sandbox.Name
-		// After a restart the journal replays this half without the model info.
-		if err := ep.model(ctx, pool, a.modelFiles(), session); err != nil {
-			return TurnResult{}, err
-		}
-		next := harness.GluePieces(ep.chat, obs, seg.Result.Stitch)
-		ids, err := tokenize(ctx, a.tokenizer(pool), session, next)
-		if err != nil {
-			return TurnResult{}, err
-		}
-		seg.Rendered += next.String()
-		seg.Tokens = append(seg.Tokens, ids...)
-		seg.LossMask = append(seg.LossMask, make([]uint8, len(ids))...)
-		seg.Logprobs = append(seg.Logprobs, make([]float32, len(ids))...)
-	}
-	seg.Result.DurationMs += time.Since(start).Milliseconds()
-	if err := ep.commit(seg); err != nil {
-		return TurnResult{}, err
-	}
-	return seg.Result, nil
-}
-
-// model fetches the served model's info and chat template once per episode
-// (per worker) and checks the template against the tokenizer: its end of turn
-// must encode as exactly the end_of_turn_id the sampler stops on. With a
-// model-files sidecar (mf) the template and tokenizer are the checkpoint's
-// own files; without one, the engine's /get_model_info chat (t1flow's servers).
-func (e *episode) model(ctx context.Context, pool *inference.Pool, mf *harness.ModelFiles, session string) error {
-	if e.info != nil {
-		return nil
-	}
-	info, err := pool.ModelInfo(ctx, session)
-	if err != nil {
-		return inferenceErr(err)
-	}
-	var chat inference.ChatTemplate
-	var tk tokenizer = pool
-	source := "inference " + info.ModelPath
-	if mf != nil {
-		c, err := mf.Chat(ctx)
-		if err != nil {
-			return inferenceErr(err)
-		}
-		chat, tk, source = c.ChatTemplate, sidecarTokenizer{mf}, "model files "+mf.BaseURL
-		if err := harness.CheckTemplate(source+"/chat", chat, info.VocabSize); err != nil {
-			return err
-		}
-	} else if chat, err = harness.Template(info); err != nil {
-		return err
-	}
-	ids, err := tk.Tokenize(ctx, session, chat.EndOfTurn, false)
-	if err != nil {
-		return inferenceErr(err)
-	}
-	if len(ids) != 1 || ids[0] != *chat.EndOfTurnID {
-		return errs.BadInputf("%s: chat.end_of_turn %q tokenizes as %v, not as chat.end_of_turn_id %d", source, chat.EndOfTurn, ids, *chat.EndOfTurnID)
-	}
-	e.info, e.chat = &info, chat
-	return nil
-}
-
-// sample runs one generation over prompt (the episode's tokens, then this
-// turn's glue) and records in seg what the trajectory needs: the sampled IDs
-// verbatim, their log-probs, the routed experts of every position since the
-// last capture, and the stitch case. It returns the reply's text.
-func (e *episode) sample(ctx context.Context, pool *inference.Pool, session string, agent AgentSpec, seg *segment, prompt, glue []int32) (string, error) {
-	eot := *e.chat.EndOfTurnID
-	tInf := time.Now()
-	moe := e.facts.MoE() // R3: routing for every MoE layer; a dense model has none
-	g, err := pool.Generate(ctx, session, inference.Request{
-		InputIDs: toInts(prompt), Temperature: agent.Temperature, MaxNewTokens: maxNewTokens(agent), StopTokenIDs: []int{eot},
-		Logprobs: true, Routing: moe, RoutingStart: e.covered,
-	})
-	if err != nil {
-		return "", inferenceErr(err) // an abort is an InfraError: retried, never a sample
-	}
-	seg.Result.InferenceMs = time.Since(tInf).Milliseconds()
-	// How it ended decides the stitch, and an unknown end is an error before
-	// anything of the reply is read.
-	if seg.Result.Stitch, err = harness.StitchCase(g, eot); err != nil {
-		return "", err
-	}
-	out := toInt32(g.OutputIDs)
-	if len(g.Logprobs) != len(out) {
-		return "", errs.Infraf("inference: %d log-probs for %d tokens", len(g.Logprobs), len(out))
-	}
-	// T−1 rows: positions [covered, prompt+output−1); the last sampled token has none.
-	to := len(prompt) + len(out) - 1
-	var routing []int32
-	if moe {
-		if routing, err = harness.CaptureRouting(g, *e.facts, e.covered, to); err != nil {
-			return "", err
-		}
-		if err := e.checkRerouting(ctx, pool, session, agent, seg, prompt, g.CachedTokens); err != nil {
-			return "", err
-		}
-	}
-	seg.SamplerMeta = true
-	seg.MetaPrompt, seg.MetaCompletion = g.PromptTokens, g.Completion
-	seg.SampledLogprobs = g.Logprobs
-	seg.LogprobIDs = g.LogprobIDs
-	seg.Rendered += g.Text
-	seg.PromptLen, seg.PromptHash = len(prompt), harness.HashTokens(prompt)
-	seg.Sampled = out
-	seg.Version = g.WeightVersion
-	seg.CoveredFrom, seg.CoveredTo = e.covered, to
-	seg.Routing = routing
-	// Context glue of this turn (the first prompt), then the sampled tokens.
-	seg.Tokens = append(glue, out...)
-	seg.LossMask = append(make([]uint8, len(glue)), ones(len(out))...)
-	seg.Logprobs = append(make([]float32, len(glue)), g.Logprobs...)
-	seg.Result.Tokens = len(out)
-	return g.Text, nil
-}
-
 // chatTurn drives a hosted model over chat completions: text in and out,
-// eval only, so there are no token IDs to keep.
+// eval only, so there are no token IDs to keep. On Terminus-2 nothing caps
+// the reply and no temperature is sent unless the agent sets them (Harbor
+// leaves both to the model), and a reply cut by the length limit is
+// answered in the same turn.
 func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (TurnResult, error) {
 	start := time.Now()
 	key := ""
@@ -360,7 +180,22 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		}
 		msgs = append(msgs, seg.Messages...)
 	}
-	reply, _, err := cc.Complete(ctx, msgs, maxNewTokens(in.Agent), in.Agent.Temperature)
+	maxTok, temp := maxNewTokens(in.Agent), &in.Agent.Temperature
+	if in.Agent.Terminus2() {
+		maxTok = in.Agent.MaxNewTokens
+		if in.Agent.Temperature == 0 {
+			temp = nil
+		}
+	}
+	reply, finish, err := cc.Complete(ctx, msgs, maxTok, temp)
+	for retries := 0; err == nil && finish == "length" && in.Agent.Terminus2() && retries < maxLengthRetries; retries++ {
+		var cut []inference.ChatMessage
+		if cut, err = a.chatLengthRetry(ctx, in.Agent, reply); err != nil {
+			return TurnResult{}, err
+		}
+		seg.Messages, msgs = append(seg.Messages, cut...), append(msgs, cut...)
+		reply, finish, err = cc.Complete(ctx, msgs, maxTok, temp)
+	}
 	if err != nil {
 		var se *httpjson.StatusError
 		if errors.As(err, &se) && se.Status == 400 && strings.Contains(strings.ToLower(se.Msg), "context") {
@@ -383,6 +218,20 @@ func (a *Activities) chatTurn(ctx context.Context, in TurnInput, ep *episode) (T
 		return TurnResult{}, err
 	}
 	return seg.Result, nil
+}
+
+// chatLengthRetry is what a chat agent's cut reply adds to the
+// conversation: the reply, then Terminus-2's answer to it.
+func (a *Activities) chatLengthRetry(ctx context.Context, agent AgentSpec, reply string) ([]inference.ChatMessage, error) {
+	s, err := a.harborSpec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	msg, err := s.LengthRetry(reply, agent.MaxNewTokens)
+	if err != nil {
+		return nil, errs.Infraf("harbor %s: %v", s.HarborVersion, err)
+	}
+	return []inference.ChatMessage{{Role: "assistant", Content: reply}, {Role: "user", Content: msg}}, nil
 }
 
 // act types a model's answer into the sandbox's terminal (pane read from

@@ -47,7 +47,7 @@ func TestPrefixCacheMissCountsReroutingAndAborts(t *testing.T) {
 	held := []int32{0, 1, 2, 3, 1, 2} // 3 positions
 	prompt := []int32{7, 7, 7, 7, 7}  // 3 held positions, then 2 of glue
 	ep := func() *episode {
-		return &episode{covered: 3, routing: append([]int32{}, held...), facts: &inference.ModelFacts{Layers: 1, MoELayers: []int{0}, TopK: 2, Experts: 4}}
+		return &episode{tokenContext: &tokenContext{covered: 3, routing: append([]int32{}, held...)}, facts: &inference.ModelFacts{Layers: 1, MoELayers: []int{0}, TopK: 2, Experts: 4}}
 	}
 	agent := AgentSpec{Temperature: 1}
 	ctx := context.Background()

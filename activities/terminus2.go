@@ -212,3 +212,18 @@ func (a *Activities) t2Act(ctx context.Context, in TurnInput, seg *segment, repl
 	seg.Result.OutputBytes = n
 	return obs, time.Since(tTerm).Milliseconds(), nil
 }
+
+// t2Screen is the visible screen, as Harbor's capture_pane() reads it for
+// the handoff's question request (no keys sent, the diff left alone).
+func (a *Activities) t2Screen(ctx context.Context, in TurnInput) (string, error) {
+	res, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, fmt.Sprintf("tmux capture-pane -p -t %s", t2Session), sandbox.ExecOptions{
+		Timeout: 30 * time.Second, HeadCap: 1 << 20, TailCap: 1 << 20,
+	})
+	switch {
+	case err != nil:
+		return "", sandboxErr(err, "read the screen in %s", in.Sandbox.Name)
+	case res.ExitCode != 0:
+		return "", errs.Infraf("tmux capture-pane exited %d: %s", res.ExitCode, text.Truncate(res.Output, 300))
+	}
+	return res.Output, nil
+}

@@ -41,6 +41,20 @@ type Spec struct {
 	// screen, or the output new since the last observation.
 	ScreenLabel    string `json:"screen_label"`
 	NewOutputLabel string `json:"new_output_label"`
+	// The context handoff (Terminus2._summarize): the summary request
+	// ({instruction}), the fresh context's question request ({instruction},
+	// {summary}, {screen}), the answer request ({questions}) and the prompt
+	// the agent continues with ({answers}). harness/handoff.go.
+	HandoffSummaryPrompt  string `json:"handoff_summary_prompt"`
+	HandoffQuestionPrompt string `json:"handoff_question_prompt"`
+	HandoffAnswerPrompt   string `json:"handoff_answer_prompt"`
+	HandoffPrompt         string `json:"handoff_prompt"`
+	// A reply cut by the output limit is answered with LengthError (the
+	// limit unknown) or LengthErrorLimit ({limit}: "N tokens"), then the
+	// cut reply's parser warnings after LengthWarningsLabel, in the same turn.
+	LengthError         string `json:"length_error"`
+	LengthErrorLimit    string `json:"length_error_limit"`
+	LengthWarningsLabel string `json:"length_warnings_label"`
 }
 
 // Check names the field spec.py left empty.
@@ -54,6 +68,8 @@ func (s *Spec) Check() error {
 		return fmt.Errorf("harbor spec: output_limit_bytes %d / output_limit_marker %q", s.OutputLimitBytes, s.OutputLimitMarker)
 	case s.ErrorResponseType == "" || s.ConfirmAfter == "" || s.ScreenLabel == "" || s.NewOutputLabel == "":
 		return fmt.Errorf("harbor spec: error_response_type, confirm_after, screen_label or new_output_label is empty")
+	case s.HandoffSummaryPrompt == "" || s.HandoffQuestionPrompt == "" || s.HandoffAnswerPrompt == "" || s.HandoffPrompt == "" || s.LengthError == "" || s.LengthErrorLimit == "":
+		return fmt.Errorf("harbor spec: a handoff or length_error text is empty (a spec file from before spec.py read them: rerun scripts/ensure-harbor-env.sh)")
 	case s.PaneWidth <= 0 || s.PaneHeight <= 0 || s.MaxCommandSeconds <= 0:
 		return fmt.Errorf("harbor spec: pane %dx%d, max_command_seconds %v must be > 0", s.PaneWidth, s.PaneHeight, s.MaxCommandSeconds)
 	}

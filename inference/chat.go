@@ -39,13 +39,21 @@ func (c *ChatClient) Endpoint() string {
 	return base + "/v1/chat/completions"
 }
 
-// Complete returns the assistant's reply and its finish reason.
-func (c *ChatClient) Complete(ctx context.Context, msgs []ChatMessage, maxTokens int, temperature float64) (string, string, error) {
+// Complete returns the assistant's reply and its finish reason. A
+// maxTokens of 0 or less and a nil temperature are not sent: the model's
+// own defaults apply.
+func (c *ChatClient) Complete(ctx context.Context, msgs []ChatMessage, maxTokens int, temperature *float64) (string, string, error) {
 	hc := c.HTTP
 	if hc == nil {
 		hc = defaultChatHTTP
 	}
-	body := map[string]any{"model": c.Model, "messages": msgs, "max_tokens": maxTokens, "temperature": temperature}
+	body := map[string]any{"model": c.Model, "messages": msgs}
+	if maxTokens > 0 {
+		body["max_tokens"] = maxTokens
+	}
+	if temperature != nil {
+		body["temperature"] = *temperature
+	}
 	var r struct {
 		Choices []struct {
 			Message      ChatMessage `json:"message"`
@@ -64,6 +72,6 @@ func (c *ChatClient) Complete(ctx context.Context, msgs []ChatMessage, maxTokens
 // Ask sends one user message and returns the reply: the synthesizer's use,
 // which needs no history.
 func (c *ChatClient) Ask(ctx context.Context, prompt string, maxTokens int, temperature float64) (string, error) {
-	reply, _, err := c.Complete(ctx, []ChatMessage{{Role: "user", Content: prompt}}, maxTokens, temperature)
+	reply, _, err := c.Complete(ctx, []ChatMessage{{Role: "user", Content: prompt}}, maxTokens, &temperature)
 	return reply, err
 }

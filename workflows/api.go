@@ -138,6 +138,9 @@ type RolloutResult struct {
 	// version(s) that sampled it.
 	Trajectory     *store.Ref `json:"trajectory,omitempty"`
 	PolicyVersions []string   `json:"policy_versions,omitempty"`
+	// Segments: the trajectories of the contexts after a Terminus-2
+	// handoff, each trained as a sample of its own with the rollout's reward.
+	Segments []store.Ref `json:"segments,omitempty"`
 	// Rerouted: context positions whose experts changed when the sampler
 	// re-ran them after a prefix-cache miss (routing drift, under the abort threshold).
 	Rerouted int `json:"rerouted,omitempty"`

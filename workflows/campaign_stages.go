@@ -29,7 +29,7 @@ func (c *campaignRun) controlCtx(ctx workflow.Context, summary string) workflow.
 
 func (c *campaignRun) agent() activities.AgentSpec {
 	p := c.cfg.Policy
-	return activities.AgentSpec{Kind: activities.AgentPolicy, Inference: c.st.URLs, MaxNewTokens: p.MaxNewTokens, Temperature: p.Temperature, MaxContext: p.MaxContext, Harness: p.Harness}
+	return activities.AgentSpec{Kind: activities.AgentPolicy, Inference: c.st.URLs, MaxNewTokens: p.MaxNewTokens, Temperature: p.Temperature, MaxContext: p.MaxContext, Harness: p.Harness, HandoffTokens: p.HandoffTokens}
 }
 
 // batch is the tasks rolled out by the current policy for training.

@@ -250,7 +250,10 @@ func (c *collected) add(r RolloutResult, version string, temperature float64) {
 		if r.Outcome == OutcomeTampered {
 			c.Tampered++
 		}
-		c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: *r.Trajectory, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
+		for _, t := range append([]store.Ref{*r.Trajectory}, r.Segments...) {
+			// A handoff's contexts are samples of their own, each on the context its sampler saw.
+			c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: t, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
+		}
 		c.Trained++
 		c.Reward += r.Reward
 		if r.Resolved {

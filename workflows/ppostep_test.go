@@ -185,3 +185,20 @@ func TestPPOStepKeepsResultsThatArriveDuringAFlush(t *testing.T) {
 		t.Fatalf("step counted %d trained, the trainer got %d: want all 8", rec.Trained, r.trained)
 	}
 }
+
+// A rollout whose episode handed off its context trains every context as a
+// sample of its own, each with the rollout's reward; it counts once.
+func TestHandoffSegmentsAreSamplesOfTheirOwn(t *testing.T) {
+	var c collected
+	first := store.Ref{URI: "t0"}
+	c.add(RolloutResult{Scored: true, Outcome: OutcomeUnresolved, Reward: 0.25, PolicyVersions: []string{"v1"}, TaskID: "task",
+		Trajectory: &first, Segments: []store.Ref{{URI: "t1"}, {URI: "t2"}}}, "v1", 1)
+	if c.Trained != 1 || len(c.batch) != 3 {
+		t.Fatalf("trained %d rollouts as %d samples, want 1 as 3", c.Trained, len(c.batch))
+	}
+	for i, b := range c.batch {
+		if b.Trajectory.URI != fmt.Sprintf("t%d", i) || b.Reward != 0.25 || b.PolicyVersion != "v1" || b.TaskID != "task" {
+			t.Errorf("sample %d: %+v", i, b)
+		}
+	}
+}

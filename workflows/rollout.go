@@ -168,7 +168,7 @@ func (r *rollout) failed(ctx workflow.Context, n int, err error) (stop bool) {
 	// Reset per-attempt state: a fresh sandbox starts the episode over.
 	r.rec.Turns = r.rec.Turns[:0]
 	r.rec.Episode = nil
-	res.Turns, res.Trajectory, res.PolicyVersions = 0, nil, nil
+	res.Turns, res.Trajectory, res.PolicyVersions, res.Segments = 0, nil, nil, nil
 	return false
 }
 
@@ -359,7 +359,7 @@ func (r *rollout) finishEpisode(ctx workflow.Context, sb activities.Sandbox) err
 		return err
 	}
 	r.rec.Episode = &er
-	r.rec.Result.Trajectory, r.rec.Result.PolicyVersions = er.Trajectory, er.PolicyVersions
+	r.rec.Result.Trajectory, r.rec.Result.PolicyVersions, r.rec.Result.Segments = er.Trajectory, er.PolicyVersions, er.Segments
 	r.rec.Result.Rerouted = er.Routing.Rerouted
 	return nil
 }

@@ -20,7 +20,9 @@ import (
 type chatMsg struct{ Role, Content string }
 
 // TestChatAgentRunsATerminus2Episode: a chat agent on the terminus-2
-// harness gets Harbor's single user prompt, starts `sleep 1000`, interrupts
+// harness gets Harbor's single user prompt (and no temperature or output
+// cap), has its first reply cut by the length limit and answered in the
+// same turn, starts `sleep 1000`, interrupts
 // it with C-c, sees its echo run, and ends on a confirmed task_complete.
 func TestChatAgentRunsATerminus2Episode(t *testing.T) {
 	if _, err := os.Stat(harbor.Python()); err != nil {
@@ -32,6 +34,7 @@ func TestChatAgentRunsATerminus2Episode(t *testing.T) {
 	r := newRig(t, true)
 	refs := r.load(t, "../examples/tasks/log-level-counter")
 	replies := []string{
+		`{"analysis": "Fresh shell.", "plan": "Start a long`, // cut by the length limit: answered in the same turn
 		`{"analysis": "Fresh shell.", "plan": "Start a long command.", "commands": [{"keystrokes": "sleep 1000\n", "duration": 1}]}`,
 		`{"analysis": "sleep hangs.", "plan": "Interrupt it.", "commands": [{"keystrokes": "C-c", "duration": 0.5}, {"keystrokes": "echo after-$((1+1))\n", "duration": 0.5}], "task_complete": false}`,
 		`{"analysis": "Done.", "plan": "Finish.", "commands": [], "task_complete": true}`,
@@ -41,21 +44,27 @@ func TestChatAgentRunsATerminus2Episode(t *testing.T) {
 	var seen [][]chatMsg
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		var body struct {
-			Messages []chatMsg `json:"messages"`
+			Messages    []chatMsg `json:"messages"`
+			Temperature *float64  `json:"temperature"`
+			MaxTokens   *int      `json:"max_tokens"`
 		}
 		json.NewDecoder(req.Body).Decode(&body)
 		mu.Lock()
 		seen = append(seen, body.Messages)
 		n := (len(body.Messages) - 1) / 2
 		mu.Unlock()
-		if n >= len(replies) {
-			http.Error(w, "no more replies", 500)
+		if n >= len(replies) || body.Temperature != nil || body.MaxTokens != nil {
+			http.Error(w, "no more replies, or temperature or max_tokens sent (Harbor leaves both to the model)", 500)
 			return
 		}
-		fmt.Fprintf(w, `{"choices": [{"message": {"role": "assistant", "content": %q}, "finish_reason": "stop"}]}`, replies[n])
+		finish := "stop"
+		if n == 0 {
+			finish = "length"
+		}
+		fmt.Fprintf(w, `{"choices": [{"message": {"role": "assistant", "content": %q}, "finish_reason": %q}]}`, replies[n], finish)
 	}))
 	defer srv.Close()
-	agent := activities.AgentSpec{Kind: activities.AgentChat, Endpoint: srv.URL, Model: "scripted", MaxNewTokens: 512, Temperature: 1, Harness: harness.Terminus2}
+	agent := activities.AgentSpec{Kind: activities.AgentChat, Endpoint: srv.URL, Model: "scripted", Harness: harness.Terminus2}
 	rep := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: agent, TurnCap: 60}), 5*time.Minute)
 	ro := rep.Rollouts[0]
 	if ro.AgentEnd != workflows.AgentEndCompleted || ro.Turns != 4 || !ro.Scored {
@@ -63,12 +72,16 @@ func TestChatAgentRunsATerminus2Episode(t *testing.T) {
 	}
 	mu.Lock()
 	defer mu.Unlock()
-	if len(seen) != 4 || len(seen[0]) != 1 || seen[0][0].Role != "user" || !strings.HasPrefix(seen[0][0].Content, "You are an AI assistant tasked") {
+	if len(seen) != 5 || len(seen[0]) != 1 || seen[0][0].Role != "user" || !strings.HasPrefix(seen[0][0].Content, "You are an AI assistant tasked") {
 		t.Fatalf("first request is not Terminus-2's single user message: %+v", seen[0])
 	}
 	if !strings.Contains(seen[0][0].Content, "Current Terminal Screen:") || !strings.Contains(seen[0][0].Content, "Task Description:") {
 		t.Errorf("first prompt lacks the terminal state or the task: %q", seen[0][0].Content)
 	}
+	if len(seen[1]) != 3 || seen[1][1].Content != replies[0] || !strings.HasPrefix(seen[1][2].Content, "ERROR!! NONE of the actions you just requested were performed because you exceeded the maximum output length.") {
+		t.Errorf("the cut reply was not answered in the same turn as Harbor answers it: %+v", seen[1])
+	}
+	seen = seen[1:]
 	last := func(i int) string { return seen[i][len(seen[i])-1].Content }
 	if !strings.Contains(last(1), "sleep 1000") || strings.Contains(last(1), "WARNINGS:") {
 		t.Errorf("turn 1 observation (task_complete is optional: no warning): %q", last(1))

@@ -59,7 +59,8 @@ class Trainer:
             self.critic = self._critic_from(init)
         else:
             torch.manual_seed(seed)
-            self.actor = M.Transformer(M.Config()).to(self.device)
+            block = getattr(self.args, "block_size", 0)   # as the inference server's --block-size
+            self.actor = M.Transformer(M.Config(block_size=block) if block else M.Config()).to(self.device)
             self.critic = self._critic_from(None)
         self.version = 0
         self._new_optimizers()
@@ -499,6 +500,7 @@ def main():
     ap.add_argument("--workdir", required=True, help="state, idempotency records and ops.log live here")
     ap.add_argument("--init", default="random", help="checkpoint directory, or 'random'")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block-size", type=int, default=0, help="context length of a random init (0: the default config), as the inference server's")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--slow-ms", type=int, default=0, help="sleep after each minibatch and before answering a committed operation (tests widen crash windows)")

@@ -99,6 +99,104 @@ def screen_labels():
     return first[: -len("\x00S\x00")], second[: second.index("\x00S\x00")]
 
 
+def as_format(text, fields):
+    """text with each sentinel (fields: sentinel -> name) made a {name}
+    field and every other brace doubled, for harness.pyFormat."""
+    text = text.replace("{", "{{").replace("}", "}}")
+    for sentinel, name in fields.items():
+        if sentinel not in text:
+            raise SystemExit(f"harbor spec: {name} no longer appears in Harbor's text")
+        text = text.replace(sentinel, "{" + name + "}")
+    return text
+
+
+class FakeChat:
+    def __init__(self, messages):
+        self._messages = messages
+
+    @property
+    def messages(self):
+        return self._messages
+
+    def reset_response_chain(self):
+        pass
+
+
+def handoff_texts():
+    """Terminus2._summarize run with its three LLM calls recorded: each
+    sub-step's prompt, the history it is sent with, and the context and
+    prompt the agent continues with (the handoff)."""
+    a = agent()
+    a._summarization_count, a._session_id, a._model_name = 0, "t1flow", "t1flow"
+    a._prepare_copied_trajectory_steps = lambda n: ([], 1)
+    s = {"INSTR": "\x00INSTRUCTION\x00", "SCREEN": "\x00SCREEN\x00", "HIST": "\x00HISTORY\x00"}
+    replies = ["\x00SUMMARY\x00", "\x00QUESTIONS\x00", "\x00ANSWERS\x00"]
+    calls = []
+
+    async def run_subagent(prompt, message_history, **_):
+        calls.append((prompt, list(message_history)))
+        return LLMResponse(content=replies[len(calls) - 1]), None
+
+    async def capture_pane(capture_entire=False):
+        if capture_entire:
+            raise SystemExit("harbor spec: _summarize now reads the whole scrollback, not the visible screen")
+        return s["SCREEN"]
+
+    a._run_subagent = run_subagent
+    first = {"role": "user", "content": s["HIST"]}
+    history = [first, {"role": "assistant", "content": "r"}]
+    chat = FakeChat(list(history))
+    handoff, _ = asyncio.run(a._summarize(chat, s["INSTR"], types.SimpleNamespace(capture_pane=capture_pane)))
+    (summary, h1), (questions, h2), (answers, h3) = calls
+    want = (h1 == history and h2 == []
+            and h3 == history + [{"role": "user", "content": summary}, {"role": "assistant", "content": replies[0]}]
+            and chat.messages == [first, {"role": "user", "content": questions}, {"role": "assistant", "content": replies[1]}])
+    if not want:
+        raise SystemExit("harbor spec: Terminus2._summarize no longer sends summary, questions and answers as t1flow replays them (docs/harness.md)")
+    return {
+        "handoff_summary_prompt": as_format(summary, {s["INSTR"]: "instruction"}),
+        "handoff_question_prompt": as_format(questions, {s["INSTR"]: "instruction", replies[0]: "summary", s["SCREEN"]: "screen"}),
+        "handoff_answer_prompt": as_format(answers, {replies[1]: "questions"}),
+        "handoff_prompt": as_format(handoff, {replies[2]: "answers"}),
+    }
+
+
+def length_texts():
+    """_query_llm's answer to a reply cut by the output limit: the message
+    sent in the same turn, with the limit known ({limit}) or not, and the
+    label before the cut reply's parser warnings."""
+    out = {}
+    cut = '{"analysis": "a", "plan": "p", "commands": [], "extra": 1'
+    for limit in (None, 987654321):
+        a = agent()
+        a._llm_call_kwargs, a._api_request_times = {}, []
+        a._llm = types.SimpleNamespace(get_model_output_limit=lambda limit=limit: limit)
+        sent = []
+
+        class Chat(FakeChat):
+            async def chat(self, prompt, **_):
+                sent.append(prompt)
+                if len(sent) == 1:
+                    raise t2.OutputLengthExceededError("cut", truncated_response=cut)
+                return LLMResponse(content="ok")
+
+        chat = Chat([])
+        asyncio.run(a._query_llm(chat, "\x00PROMPT\x00"))
+        warning = TerminusJSONPlainParser().parse_response(cut).warning
+        msg = sent[1]
+        if len(sent) != 2 or chat.messages != [{"role": "user", "content": "\x00PROMPT\x00"}, {"role": "assistant", "content": cut}] or not warning or not msg.endswith(warning):
+            raise SystemExit("harbor spec: _query_llm no longer answers a cut reply in the same turn as t1flow replays it")
+        label = msg[: -len(warning)]
+        if limit is None:
+            out["length_error"] = label
+        else:
+            base = label[: label.index("\n\n")]
+            out["length_error_limit"] = as_format(base, {"987654321 tokens": "limit"})
+            out["length_warnings_label"] = label[len(base):]
+    out["length_error"] = out["length_error"][: -len(out["length_warnings_label"])]
+    return out
+
+
 def spec():
     a = agent()
     screen_label, new_output_label = screen_labels()
@@ -121,6 +219,8 @@ def spec():
         "pane_height": option_default("tmux_pane_height"),
         "screen_label": screen_label,
         "new_output_label": new_output_label,
+        **handoff_texts(),
+        **length_texts(),
     }
 
 

@@ -33,7 +33,10 @@ type Config struct {
 		MaxNewTokens int      `toml:"max_new_tokens" json:"max_new_tokens"`
 		Temperature  float64  `toml:"temperature" json:"temperature"`
 		MaxContext   int      `toml:"max_context" json:"max_context"`
-		Preset       string   `toml:"preset" json:"preset"` // trainer hyperparameter preset
+		// HandoffTokens: on terminus-2, hand off to a fresh context when fewer
+		// tokens than this remain (0: Harbor's 8,000; negative: never).
+		HandoffTokens int    `toml:"handoff_tokens" json:"handoff_tokens,omitempty"`
+		Preset        string `toml:"preset" json:"preset"` // trainer hyperparameter preset
 		// Harness: terminus-2 (Harbor's, docs/harness.md) or short (t1flow's
 		// 4-line prompt, for tiny policies such as the reference model).
 		Harness string `toml:"harness" json:"harness"`
