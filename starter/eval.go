@@ -19,6 +19,7 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
@@ -61,8 +62,8 @@ func parseEval(args []string) (*evalFlags, error) {
 	fs.StringVar(&f.endpoint, "endpoint", "", "chat: base URL of an OpenAI-compatible API")
 	fs.StringVar(&f.model, "model", "", "chat: model name")
 	fs.StringVar(&f.apiKeyEnv, "api-key-env", "OPENAI_API_KEY", "chat: environment variable on the sandbox hosts that holds the API key")
-	fs.IntVar(&f.maxNew, "max-new-tokens", 512, "policy/chat: tokens per turn")
-	fs.Float64Var(&f.temperature, "temperature", 1.0, "policy/chat: sampling temperature")
+	fs.IntVar(&f.maxNew, "max-new-tokens", 0, "policy/chat: a cap on tokens per turn (0: none beyond the context on terminus-2, as Harbor; 512 on the short harness)")
+	fs.Float64Var(&f.temperature, "temperature", 1.0, "policy/chat: sampling temperature (chat: sent only when given, as Harbor leaves it to the model)")
 	fs.IntVar(&f.maxContext, "max-context", 0, "policy: context limit in tokens (0: the model's)")
 	fs.StringVar(&f.harness, "harness", "terminus-2", "policy/chat: terminus-2 (Harbor's Terminus-2, docs/harness.md) or short (t1flow's 4-line prompt, for tiny policies)")
 	fs.IntVar(&f.attempts, "attempts", 1, "attempts per task")
@@ -116,7 +117,10 @@ func (f *evalFlags) agentSpec() activities.AgentSpec {
 		spec.MaxNewTokens, spec.Temperature, spec.MaxContext, spec.Harness = f.maxNew, f.temperature, f.maxContext, f.harness
 	case activities.AgentChat:
 		spec.Endpoint, spec.Model, spec.APIKeyEnv = f.endpoint, f.model, f.apiKeyEnv
-		spec.MaxNewTokens, spec.Temperature, spec.Harness = f.maxNew, f.temperature, f.harness
+		spec.MaxNewTokens, spec.Harness = f.maxNew, f.harness
+		if f.explicit["temperature"] || f.harness == harness.Short {
+			spec.Temperature = f.temperature
+		}
 	}
 	return spec
 }
