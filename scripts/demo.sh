@@ -33,7 +33,7 @@ else
   trap stop_worker EXIT
   echo "demo: worker started (pid $!, log $LOG); waiting for the trainer and inference server" >&2
   for _ in $(seq 1 120); do
-    [ -s "$STATE/inference.url" ] && grep -q "trainer on" "$LOG" && break
+    [ -s "$STATE/inference.url" ] && grep -q "trainer .* on http" "$LOG" && break
     kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "demo: the worker exited; see $LOG" >&2; tail -n 20 "$LOG" >&2; exit 1; }
     sleep 1
   done
