@@ -227,6 +227,25 @@ func TestSolutionTurnsStartLikeARollout(t *testing.T) {
 	if _, err := SolutionTurns(reference, "x", "# only a comment\n"); err == nil {
 		t.Fatal("a solution without steps must be refused")
 	}
+	if a.Analysis != "" {
+		t.Fatalf("a solution without an analysis line got analysis %q", a.Analysis)
+	}
+}
+
+// A solution's "# analysis:" line is the SFT reply's analysis, written before
+// its commands; the confirming reply has none, and the line is not a step.
+func TestSolutionTurnsStateTheAnalysisFirst(t *testing.T) {
+	parts, err := SolutionTurns(reference, "x", "#!/bin/bash\n# analysis: hello\necho hello >/app/o\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `{"analysis":"hello","commands":[{"keystrokes":"echo hello >/app/o\n","duration":1}],"task_complete":true}`
+	if got := strings.TrimSuffix(parts[1].String(), reference.EndOfTurn); got != want {
+		t.Fatalf("solution turn\n%s\nwant\n%s", got, want)
+	}
+	if a, err := ParseAction(strings.TrimSuffix(parts[3].String(), reference.EndOfTurn)); err != nil || a.Analysis != "" {
+		t.Fatalf("confirming reply %q: %v", parts[3], err)
+	}
 }
 
 // SFT targets are what the policy learns to type: JSON's HTML escaping would

@@ -128,15 +128,31 @@ func SolutionTurns(t inference.ChatTemplate, instruction, solution string) ([]Pi
 	if len(keys) == 0 {
 		return nil, fmt.Errorf("no steps to imitate")
 	}
-	act := func(cmds []Keys) Pieces {
-		return Pieces{plain(MarshalAction(Action{Commands: cmds, TaskComplete: true})), template(t.EndOfTurn)}
+	act := func(analysis string, cmds []Keys) Pieces {
+		return Pieces{plain(MarshalAction(Action{Analysis: analysis, Commands: cmds, TaskComplete: true})), template(t.EndOfTurn)}
 	}
 	return []Pieces{
 		FirstPromptPieces(t, FirstObservation(instruction, "root@sandbox:/app# ")),
-		act(keys),
+		act(SolutionAnalysis(solution), keys),
 		GluePieces(t, confirmObservation(""), StitchEOT),
-		act([]Keys{}),
+		act("", []Keys{}),
 	}, nil
+}
+
+// AnalysisMark starts a reference solution's comment line whose text the
+// SFT reply states as its analysis, before its commands ("# analysis:
+// hello"): a task family whose return is decided by what the analysis says
+// puts that decision early in the answer (docs/learning.md, "The critic").
+const AnalysisMark = "# analysis:"
+
+// SolutionAnalysis is the text of the solution's AnalysisMark line, or "".
+func SolutionAnalysis(solution string) string {
+	for _, line := range strings.Split(solution, "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), AnalysisMark); ok {
+			return strings.TrimSpace(rest)
+		}
+	}
+	return ""
 }
 
 // solutionKeys are a reference solution's steps as keystrokes.

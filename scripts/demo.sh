@@ -33,7 +33,7 @@ else
   trap stop_worker EXIT
   echo "demo: worker started (pid $!, log $LOG); waiting for the trainer and inference server" >&2
   for _ in $(seq 1 120); do
-    [ -s "$STATE/inference.url" ] && grep -q "trainer on" "$LOG" && break
+    [ -s "$STATE/inference.url" ] && grep -q "trainer .* on http" "$LOG" && break
     kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "demo: the worker exited; see $LOG" >&2; tail -n 20 "$LOG" >&2; exit 1; }
     sleep 1
   done
@@ -67,6 +67,8 @@ bin/starter campaign start -f examples/campaigns/learn.toml --wait
 echo "campaign wall time: $(( $(date +%s) - start ))s"
 bin/starter report learn --html "$STATE/learn-report.html"
 echo "report: $STATE/learn-report.html (bin/starter report learn --json for the numbers)"
+echo "the learning bars (docs/learning.md; one run can miss the PPO curve by chance):"
+bin/starter report learn --bars || echo "demo: the campaign finished but missed a learning bar (above)"
 
 echo
 echo "Temporal UI: http://localhost:${T1FLOW_UI_PORT:-8233} (the dev server keeps running; 'make stop' stops it)"

@@ -49,7 +49,7 @@ commands:
   campaign start -f FILE [--wait] | status NAME | pause NAME | resume NAME | cancel NAME
            | set-concurrency NAME N | list
                                     run and steer a training campaign (SFT, critic warm-up, PPO, evals)
-  report CAMPAIGN (--html FILE | --json)
+  report CAMPAIGN (--html FILE | --json | --bars)
                                     plots of reward, EV, log-prob gap, turns and evals per checkpoint
   trace ROLLOUT_ID|TASK_ID          a rollout's turns, assertions, reward, drift and routing reports
   reap [--host H] [--ttl D]         run the reaper for a sandbox host now

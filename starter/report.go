@@ -24,13 +24,14 @@ func reportCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("report", flag.ContinueOnError)
 	out := fs.String("html", "", "write the HTML report here")
 	asJSON := fs.Bool("json", false, "print the numbers as JSON")
+	bars := fs.Bool("bars", false, "check the learning bars (docs/learning.md): exit 1 when one is missed")
 	storeDir := fs.String("store", config.StoreDir(), "artifact store")
-	const usage = "usage: starter report CAMPAIGN (--html FILE | --json)"
+	const usage = "usage: starter report CAMPAIGN (--html FILE | --json | --bars)"
 	name, err := parseOne(fs, args, usage)
 	if err != nil {
 		return err
 	}
-	if *out == "" && !*asJSON {
+	if *out == "" && !*asJSON && !*bars {
 		return badInput(errors.New(usage))
 	}
 	st, err := openStore(*storeDir)
@@ -49,6 +50,13 @@ func reportCmd(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	nums := reportNumbers(rep)
+	if *bars {
+		b := DefaultBars
+		if g := rep.Config.CriticWarmup.EVGate; g > 0 {
+			b.WarmEV = g
+		}
+		return printBars(stdout, name, checkBars(nums, b))
+	}
 	if *asJSON {
 		return json.NewEncoder(stdout).Encode(nums)
 	}

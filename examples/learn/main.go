@@ -22,11 +22,12 @@ func main() {
 	held := flag.Int("heldout", 16, "held-out variants")
 	seed := flag.Int64("seed", 1, "which words")
 	fam := flag.String("family", "hello", "hello (write-hello) or words (write-word: the answer is the instruction's word)")
+	state := flag.Bool("state-word", false, "hello: the SFT reply names the word in its analysis before the command (docs/learning.md)")
 	flag.Parse()
 	var write func(string) ([]string, []string, []string, error)
 	switch *fam {
 	case "hello":
-		write = family.Hello{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write
+		write = family.Hello{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed, StateWord: *state}.Write
 	case "words":
 		write = family.Words{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write
 	default:

@@ -55,14 +55,17 @@ def build_tokenizer(vocab_size=512):
     return fast
 
 
-def build_config(arch, vocab, eos, pad):
+# Ten times Hugging Face's 0.02: large enough that the experts (and so the
+# routing) matter to the output, which the routing and replay tests need.
+ROUTING_INIT_RANGE = 0.2
+
+
+def build_config(arch, vocab, eos, pad, initializer_range=ROUTING_INIT_RANGE):
     from transformers import LlamaConfig, MixtralConfig, OlmoeConfig, Qwen3MoeConfig
 
     common = dict(vocab_size=vocab, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
                   max_position_embeddings=4096, eos_token_id=eos, pad_token_id=pad, bos_token_id=None,
-                  tie_word_embeddings=False, num_experts_per_tok=2,
-                  # Large enough that the experts (and so the routing) matter to the output.
-                  initializer_range=0.2)
+                  tie_word_embeddings=False, num_experts_per_tok=2, initializer_range=initializer_range)
     if arch == "qwen3_moe":
         return Qwen3MoeConfig(num_key_value_heads=2, head_dim=16, intermediate_size=128, moe_intermediate_size=32,
                               num_experts=8, norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], **common)
@@ -78,14 +81,16 @@ def build_config(arch, vocab, eos, pad):
     raise ValueError(f"--arch {arch!r} is none of {', '.join(ARCHS)}")
 
 
-def build(arch, out, seed=0):
-    """Write a tiny random checkpoint of arch (weights and tokenizer) into out."""
+def build(arch, out, seed=0, initializer_range=ROUTING_INIT_RANGE):
+    """Write a tiny random checkpoint of arch (weights and tokenizer) into out.
+    initializer_range: the weights' std (0.02 is Hugging Face's default; the
+    routing tests need the larger default here)."""
     import torch
     from transformers import AutoModelForCausalLM
 
     tok = build_tokenizer()
     eos = tok.convert_tokens_to_ids("<|endoftext|>")
-    cfg = build_config(arch, len(tok), eos, eos)
+    cfg = build_config(arch, len(tok), eos, eos, initializer_range)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     model.generation_config.eos_token_id = eos

@@ -30,6 +30,11 @@ import (
 type Hello struct {
 	SFT, Train, HeldOut int   // how many variants of each
 	Seed                int64 // which variants, reproducibly
+	// StateWord: the SFT reply names the word in its analysis before the
+	// command ({"analysis":"hello","commands":[...]}), so the return is
+	// decided by the answer's 14th token instead of its 34th (docs/learning.md,
+	// "The critic").
+	StateWord bool
 }
 
 const (
@@ -62,6 +67,7 @@ type Variant struct {
 	Name        string // directory name, unique in its set
 	Word        string // what it asks for
 	Instruction string
+	Analysis    string // the SFT reply's analysis (harness.AnalysisMark); "" for none
 }
 
 // Variants returns the SFT, training and held-out variants.
@@ -83,7 +89,11 @@ func (h Hello) Variants() (sft, train, heldOut []Variant) {
 				continue
 			}
 			seen[text] = true
-			out = append(out, Variant{Name: fmt.Sprintf("%s-%s-%03d-t%d", w, kind, len(out), t), Word: w, Instruction: text})
+			v := Variant{Name: fmt.Sprintf("%s-%s-%03d-t%d", w, kind, len(out), t), Word: w, Instruction: text}
+			if h.StateWord {
+				v.Analysis = w
+			}
+			out = append(out, v)
 		}
 		return out
 	}
@@ -143,7 +153,7 @@ func writeSets(dir string, sv, tv, hv []Variant) (sft, train, heldOut []string, 
 	}{{"sft", sv, &sft}, {"train", tv, &train}, {"heldout", hv, &heldOut}} {
 		for _, v := range set.vs {
 			d := filepath.Join(dir, set.sub, v.Name)
-			if err := WriteHelloTask(d, v.Word, v.Instruction); err != nil {
+			if err := writeHelloTask(d, v.Word, v.Instruction, v.Analysis); err != nil {
 				return nil, nil, nil, err
 			}
 			*set.dirs = append(*set.dirs, d)
@@ -159,6 +169,12 @@ const HelloAssertions = 2 + len(Word)
 
 // WriteHelloTask writes one task asking for word into dir.
 func WriteHelloTask(dir, word, instruction string) error {
+	return writeHelloTask(dir, word, instruction, "")
+}
+
+// writeHelloTask is WriteHelloTask with the solution's analysis line
+// (harness.AnalysisMark) when analysis is not "".
+func writeHelloTask(dir, word, instruction, analysis string) error {
 	if len(word) != len(Word) {
 		return fmt.Errorf("write-hello: word %q must have %d letters (the verifier's assertions are fixed)", word, len(Word))
 	}
@@ -166,7 +182,7 @@ func WriteHelloTask(dir, word, instruction string) error {
 		"instruction.md":         instruction + "\n",
 		"task.toml":              helloTOML,
 		"environment/Dockerfile": "FROM debian:bookworm\nWORKDIR /app\n",
-		"solution/solve.sh":      fmt.Sprintf("#!/bin/bash\necho %s >%s\n", word, OutFile),
+		"solution/solve.sh":      "#!/bin/bash\n" + analysisLine(analysis) + fmt.Sprintf("echo %s >%s\n", word, OutFile),
 		"tests/test.sh":          fmt.Sprintf(helloTest, word, OutFile),
 	}
 	for name, body := range files {
@@ -186,6 +202,13 @@ func WriteHelloTask(dir, word, instruction string) error {
 		}
 	}
 	return nil
+}
+
+func analysisLine(analysis string) string {
+	if analysis == "" {
+		return ""
+	}
+	return "# analysis: " + analysis + "\n"
 }
 
 const helloTOML = `version = "1.0"

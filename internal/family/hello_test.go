@@ -111,3 +111,28 @@ func TestHelloTasksAndVerifier(t *testing.T) {
 		}
 	}
 }
+
+// StateWord writes the word as the solution's analysis line (each task's
+// own word, SFT's world included); without it there is no such line.
+func TestHelloStateWordWritesTheAnalysisLine(t *testing.T) {
+	for _, state := range []bool{false, true} {
+		sft, _, _, err := Hello{SFT: 2, Train: 1, HeldOut: 1, Seed: 1, StateWord: state}.Write(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, d := range sft {
+			b, err := os.ReadFile(filepath.Join(d, "solution/solve.sh"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			word := []string{Word, Sibling}[i]
+			want := "#!/bin/bash\necho " + word + " >/app/o\n"
+			if state {
+				want = "#!/bin/bash\n# analysis: " + word + "\necho " + word + " >/app/o\n"
+			}
+			if string(b) != want {
+				t.Errorf("StateWord %v: solve.sh %q, want %q", state, b, want)
+			}
+		}
+	}
+}

@@ -1,52 +1,53 @@
 """The hf critic explains an early-decided return, as the reference's does
-(gpu/reference/tests/test_critic.py): answers that start with token A (reward
-1) or B (reward 2/7) and go on with a fixed tail; after SFT (which starts the
-critic from the SFT policy, the reference's sft) and a critic fit, the EV on
-trajectories the critic was not fitted on (explained_variance_before of the
-next fit) must reach 0.9.
+(gpu/reference/tests/test_critic.py), on the same batch written with the hf
+tokenizer: a prompt with a random reference code, then the answer "hello ..."
+(reward 1) or "world ..." (reward 2/7) with a fixed tail whose every token then
+knows the return. After SFT (which starts the critic from the SFT policy, the
+reference's sft) and a critic fit on 16 trajectories, the EV on 16 it was not
+fitted on (explained_variance_before of the next fit) must reach 0.9.
 
-It does NOT pass yet, so it runs only with T1FLOW_HF_CRITIC=1 (about three
-minutes on the loaded 2-core machine): measured, in sample 0.973 and held
-out 0.171. The tiny hf critic memorises the 16 fitted prompts instead of
-reading the first answer token (the reference's critic reaches 0.935 on the
-same shape of batch). Open: docs/learning.md, "The critic".
+The tiny Qwen3-MoE here is built at Hugging Face's initializer_range 0.02.
+The routing tests' fixture uses 0.2 (tiny.ROUTING_INIT_RANGE), and a critic
+started from that body memorises the fitted prompts instead of reading the
+word: in sample 0.97, held out 0.46 on this batch (0.17 to -0.22 on the
+all-random-token batch this test used before; docs/learning.md, "The critic").
 """
-import os
-
-import pytest
 import torch
 
+import hfmoe
+import tiny as tiny_mod
 from helpers import batch, make_trainer, op
 
-A, B = 101, 202
-TAIL = list(range(300, 330))
-PREFIX = [5, 6, 7, 8]
-
-pytestmark = pytest.mark.skipif(os.environ.get("T1FLOW_HF_CRITIC") != "1",
-                                reason="known to fail (held-out EV 0.17): T1FLOW_HF_CRITIC=1 runs it")
+REF = "abcdefghijklmnopqrstuvwxyz0123456789"
+TAIL = " >/app/o and that is all, done."
+WORDS = {"hello": 1.0, "world": 2 / 7}
 
 
-def trajs(n, seed, p_a=0.6):
+def trajs(tok, n, seed, p_hello=0.6):
     g = torch.Generator().manual_seed(seed)
-    out, rewards = [], []
-    for i in range(n):
-        first = A if (i == 0 or (i > 1 and float(torch.rand(1, generator=g)) < p_a)) else B
-        prompt = PREFIX + torch.randint(20, 90, (16,), generator=g).tolist()
-        answer = [first] + TAIL
+    words = ["hello" if float(torch.rand(1, generator=g)) < p_hello else "world" for _ in range(n)]
+    words[0], words[1] = "hello", "world"   # both returns in every batch
+    out = []
+    for w in words:
+        code = "".join(REF[int(i)] for i in torch.randint(len(REF), (24,), generator=g))
+        prompt = tok.encode(f"<|im_start|>user\nWrite a word to /app/o. Ref: {code}<|im_end|>\n<|im_start|>assistant\n",
+                            add_special_tokens=False)
+        answer = tok.encode(w + TAIL + "<|im_end|>", add_special_tokens=False)
         out.append({"tokens": prompt + answer, "loss_mask": [0] * len(prompt) + [1] * len(answer),
                     "logprobs": [0.0] * (len(prompt) + len(answer))})
-        rewards.append(1.0 if first == A else 2 / 7)
-    return out, rewards
+    return out, [WORDS[w] for w in words]
 
 
-def test_fitted_hf_critic_explains_the_return_on_held_out_trajectories(tiny, tmp_path):
+def test_fitted_hf_critic_explains_the_return_on_held_out_trajectories(tmp_path):
+    ck = tiny_mod.build("qwen3_moe", str(tmp_path / "tiny"), seed=0, initializer_range=0.02)
+    tok = hfmoe.load_tokenizer(ck)
     torch.manual_seed(0)
-    tr = make_trainer(tmp_path / "w", tiny("qwen3_moe"))
-    op(tr, "sft", "sft", batch(tmp_path, "sft", *trajs(16, 1, 0.5)), preset="small",
+    tr = make_trainer(tmp_path / "w", ck)
+    op(tr, "sft", "sft", batch(tmp_path, "sft", *trajs(tok, 16, 1, 0.5)), preset="small",
        hyper={"epochs": 4, "minibatches": 8, "actor_lr": 1e-3})
     fit = {"preset": "small", "hyper": {"epochs": 10}}
-    first = op(tr, "critic_fit", "critic/1", batch(tmp_path, "a", *trajs(16, 2)), **fit)
-    held = op(tr, "critic_fit", "critic/2", batch(tmp_path, "b", *trajs(16, 3)), **fit)
+    first = op(tr, "critic_fit", "critic/1", batch(tmp_path, "a", *trajs(tok, 16, 2)), **fit)
+    held = op(tr, "critic_fit", "critic/2", batch(tmp_path, "b", *trajs(tok, 16, 3)), **fit)
     ev = held["explained_variance_before"]
     print(f"hf: cold EV {first['explained_variance_before']:.3f}, fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
     assert ev >= 0.9, f"held-out explained variance {ev:.3f} < 0.9 (in sample {first['explained_variance']:.3f})"

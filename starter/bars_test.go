@@ -1,0 +1,65 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// barsReport is a campaign that meets every bar; each case below breaks one.
+func barsReport() ReportNumbers {
+	warm := 0.75
+	n := ReportNumbers{Campaign: "learn", WarmEV: &warm, Steps: []int{1, 2, 3, 4, 5, 6},
+		Resolved: []float64{0.25, 0.35, 0.5, 0.6, 0.5, 0.5}}
+	for range n.Steps {
+		n.Metrics = append(n.Metrics, map[string]any{"explained_variance": 0.6})
+	}
+	n.Evals = []map[string]any{{"label": "base", "resolved_rate": 0.0}, {"label": "sft", "resolved_rate": 0.3},
+		{"label": "final", "resolved_rate": 0.45}}
+	return n
+}
+
+func missed(bars []Bar) []string {
+	var out []string
+	for _, b := range bars {
+		if !b.Met {
+			out = append(out, b.Name)
+		}
+	}
+	return out
+}
+
+func TestBarsMissEachTargetOnItsOwn(t *testing.T) {
+	if m := missed(checkBars(barsReport(), DefaultBars)); len(m) != 0 {
+		t.Fatalf("a report that meets every bar missed %v", m)
+	}
+	low := 0.69
+	for _, c := range []struct {
+		want    string
+		breakIt func(*ReportNumbers)
+	}{
+		{"warm EV", func(n *ReportNumbers) { n.WarmEV = &low }},
+		{"warm EV", func(n *ReportNumbers) { n.WarmEV = nil }},
+		{"EV in every PPO step", func(n *ReportNumbers) { n.Metrics[4]["explained_variance"] = 0.49 }},
+		{"EV in every PPO step", func(n *ReportNumbers) { delete(n.Metrics[2], "explained_variance") }},
+		{"PPO curve", func(n *ReportNumbers) { n.Resolved[5] = 0.39 }},
+		{"PPO curve", func(n *ReportNumbers) { n.Resolved, n.Steps, n.Metrics = n.Resolved[:3], n.Steps[:3], n.Metrics[:3] }},
+		{"held-out final over SFT", func(n *ReportNumbers) { n.Evals[1]["resolved_rate"] = 0.31 }},
+		{"held-out final over base", func(n *ReportNumbers) { n.Evals[0]["resolved_rate"] = 0.2; n.Evals[1]["resolved_rate"] = 0.2 }},
+		{"held-out final over SFT", func(n *ReportNumbers) { n.Evals = n.Evals[:1] }},
+	} {
+		n := barsReport()
+		c.breakIt(&n)
+		m := missed(checkBars(n, DefaultBars))
+		if len(m) == 0 || m[0] != c.want {
+			t.Errorf("broken %q: missed %v", c.want, m)
+		}
+	}
+	var out strings.Builder
+	n := barsReport()
+	n.Resolved[5] = 0.39
+	err := printBars(&out, "learn", checkBars(n, DefaultBars))
+	if err == nil || !strings.Contains(err.Error(), "PPO curve") || !strings.Contains(out.String(), "MISSED PPO curve") ||
+		!strings.Contains(out.String(), "0.300 -> 0.445 (+0.145)") {
+		t.Fatalf("err %v, out:\n%s", err, out.String())
+	}
+}
