@@ -253,7 +253,12 @@ func (e *episode) model(ctx context.Context, pool *inference.Pool, mf *harness.M
 	if e.info != nil {
 		return nil
 	}
-	info, err := pool.ModelInfo(ctx, session)
+	// The facts come from the checkpoint's files when a sidecar serves them:
+	// a stock engine has no /get_model_info.
+	info, err := sidecarModelInfo(ctx, mf)
+	if mf == nil {
+		info, err = pool.ModelInfo(ctx, session)
+	}
 	if err != nil {
 		return inferenceErr(err)
 	}

@@ -141,16 +141,13 @@ func TestEpisodeModelChecksTheChatTemplate(t *testing.T) {
 
 // TestEpisodeModelReadsTheSidecar: with a model-files sidecar the chat
 // template and every tokenization come from it, even from an engine that has
-// neither (stock vLLM or SGLang: no "chat", no t1flow /tokenize); the end of
-// turn is checked against the sidecar's tokenizer and a mismatch names it.
+// neither (stock vLLM or SGLang: no /get_model_info, no "chat", no t1flow
+// /tokenize), the vocabulary size from the checkpoint's config.json; the end
+// of turn is checked against the sidecar's tokenizer and a mismatch names it.
 func TestEpisodeModelReadsTheSidecar(t *testing.T) {
 	tok := fakeTokenizer(t)
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/get_model_info" {
-			w.Write([]byte(`{"vocab_size": 264}`))
-			return
-		}
-		http.Error(w, `{"error": "no such route"}`, http.StatusBadRequest)
+		http.Error(w, `{"detail": "Not Found"}`, http.StatusNotFound) // stock vLLM has no /get_model_info
 	}))
 	defer engine.Close()
 	for name, c := range map[string]struct{ chat, want string }{
@@ -161,6 +158,10 @@ func TestEpisodeModelReadsTheSidecar(t *testing.T) {
 		side := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/chat" {
 				w.Write([]byte(c.chat))
+				return
+			}
+			if r.URL.Path == "/model_config" {
+				w.Write([]byte(`{"model_type": "llama", "num_hidden_layers": 2, "vocab_size": 264, "max_position_embeddings": 512}`))
 				return
 			}
 			resp, err := http.Post(tok.URL+r.URL.Path, "application/json", r.Body)
