@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-hf bench-scale lint
+.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-hf bench-scale lint
 
 all: build
 
@@ -66,6 +66,12 @@ demo: deps dev
 SMOLLM2 ?= $(T1FLOW_HOME)/models/smollm2-135m
 smollm2: hfenv
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) gpu/hf/smollm2.py --out $(SMOLLM2)
+
+# SmolLM2 end to end on stock vLLM (issue 22): a worker with -gpu-backend hf
+# -inference-engine vllm, the write-word pools, then examples/campaigns/smollm.toml
+# (scripts/smollm.sh; figures in docs/model-rollouts.md).
+smollm: deps hfenv smollm2 dev
+	@scripts/smollm.sh
 
 # Unit tests, then integration tests against the real dev server, Docker and
 # the reference trainer and inference processes.
