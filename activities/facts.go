@@ -75,3 +75,24 @@ func sidecarModelInfo(ctx context.Context, mf *harness.ModelFiles) (inference.Mo
 	}
 	return inference.ModelInfo{ModelPath: mf.BaseURL, VocabSize: f.Vocab, NumLayers: f.Layers, NumExperts: f.Experts, TopK: f.TopK}, nil
 }
+
+// replyText decodes a reply the engine answered without text (stock vLLM's
+// token mode returns token IDs only) with the checkpoint's own tokenizer, the
+// model-files sidecar's, without the end of turn it stopped on, as the
+// other engines' text is.
+func (a *Activities) replyText(ctx context.Context, ep *episode, seg *segment) (string, error) {
+	ids := seg.Sampled
+	if n := len(ids); n > 0 && int(ids[n-1]) == *ep.chat.EndOfTurnID {
+		ids = ids[:n-1]
+	}
+	mf := a.modelFiles()
+	if len(ids) == 0 || mf == nil {
+		return "", nil
+	}
+	text, err := mf.Detokenize(ctx, toInts(ids))
+	if err != nil {
+		return "", inferenceErr(err)
+	}
+	seg.Rendered += text
+	return text, nil
+}

@@ -196,6 +196,9 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		return seg.Result, ep.commit(seg)
 	}
 	reply, err := ep.sample(ctx, pool, session, in.Agent, &seg, prompt, glue)
+	if err == nil && reply == "" {
+		reply, err = a.replyText(ctx, ep, &seg)
+	}
 	if err != nil {
 		return TurnResult{}, err
 	}

@@ -194,3 +194,29 @@ func TestEpisodeModelReadsTheSidecar(t *testing.T) {
 		side.Close()
 	}
 }
+
+// A reply the engine sent without text (stock vLLM's token mode) is decoded
+// by the model-files sidecar, without the end of turn it stopped on: the
+// action parser must see the model's JSON, not an empty reply.
+func TestReplyTextFromTheSidecar(t *testing.T) {
+	var got []int
+	side := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Tokens []int `json:"tokens"`
+		}
+		json.NewDecoder(r.Body).Decode(&in)
+		got = in.Tokens
+		w.Write([]byte(`{"text": "{\"commands\": []}"}`))
+	}))
+	defer side.Close()
+	a := &Activities{ModelFiles: side.URL}
+	ep := &episode{chat: referenceChat}
+	seg := &segment{Sampled: []int32{123, 34, int32(eot)}}
+	text, err := a.replyText(context.Background(), ep, seg)
+	if err != nil || text != `{"commands": []}` || seg.Rendered != text || !reflect.DeepEqual(got, []int{123, 34}) {
+		t.Fatalf("reply %q (rendered %q) from tokens %v: %v", text, seg.Rendered, got, err)
+	}
+	if text, err := (&Activities{}).replyText(context.Background(), ep, seg); err != nil || text != "" {
+		t.Fatalf("no sidecar: %q %v", text, err)
+	}
+}
