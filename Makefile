@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale lint
+.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale lint
 
 all: build
 
@@ -67,13 +67,19 @@ SMOLLM2 ?= $(T1FLOW_HOME)/models/smollm2-135m
 smollm2: hfenv
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) gpu/hf/smollm2.py --out $(SMOLLM2)
 
+# SmolLM2 end to end on stock vLLM (issue 22): a worker with -gpu-backend hf
+# -inference-engine vllm, the write-word pools, then examples/campaigns/smollm.toml
+# (scripts/smollm.sh; figures in docs/model-rollouts.md).
+smollm: deps hfenv smollm2 dev
+	@scripts/smollm.sh
+
 # Unit tests, then integration tests against the real dev server, Docker and
 # the reference trainer and inference processes.
 test: deps hfenv harborenv smollm2
 	go vet ./...
 	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
 	cd gpu/hf && T1FLOW_SMOLLM2=$(abspath $(SMOLLM2)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) -m pytest -q -p no:cacheprovider tests
-	T1FLOW_INTEGRATION=1 T1FLOW_VLLM_PYTHON=$(HFPY) go test -count=1 -timeout 50m ./...
+	T1FLOW_INTEGRATION=1 T1FLOW_VLLM_PYTHON=$(HFPY) go test -count=1 -timeout 70m ./...
 
 unit:
 	go test ./...

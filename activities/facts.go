@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 
+	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
 )
@@ -55,4 +56,43 @@ func (a *Activities) modelConfig(ctx context.Context, pool *inference.Pool, sess
 		return nil, "", errs.BadInputf("inference %s: /get_model_info has no \"config\" (the checkpoint's config.json); t1flow's reference and hf servers report it", mi.ModelPath)
 	}
 	return mi.Config, "/get_model_info config of " + mi.ModelPath, nil
+}
+
+// sidecarModelInfo is the model info the harness needs (the vocabulary size
+// its chat template is checked against) from the checkpoint's config.json
+// as the model-files sidecar serves it; nil: none (no sidecar).
+func sidecarModelInfo(ctx context.Context, mf *harness.ModelFiles) (inference.ModelInfo, error) {
+	if mf == nil {
+		return inference.ModelInfo{}, nil
+	}
+	b, err := mf.ModelConfig(ctx)
+	if err != nil {
+		return inference.ModelInfo{}, err
+	}
+	f, err := inference.FactsFromConfig(mf.BaseURL+"/model_config", b)
+	if err != nil {
+		return inference.ModelInfo{}, errs.BadInputf("%v", err)
+	}
+	return inference.ModelInfo{ModelPath: mf.BaseURL, VocabSize: f.Vocab, NumLayers: f.Layers, NumExperts: f.Experts, TopK: f.TopK}, nil
+}
+
+// replyText decodes a reply the engine answered without text (stock vLLM's
+// token mode returns token IDs only) with the checkpoint's own tokenizer, the
+// model-files sidecar's, without the end of turn it stopped on, as the
+// other engines' text is.
+func (a *Activities) replyText(ctx context.Context, ep *episode, seg *segment) (string, error) {
+	ids := seg.Sampled
+	if n := len(ids); n > 0 && int(ids[n-1]) == *ep.chat.EndOfTurnID {
+		ids = ids[:n-1]
+	}
+	mf := a.modelFiles()
+	if len(ids) == 0 || mf == nil {
+		return "", nil
+	}
+	text, err := mf.Detokenize(ctx, toInts(ids))
+	if err != nil {
+		return "", inferenceErr(err)
+	}
+	seg.Rendered += text
+	return text, nil
 }

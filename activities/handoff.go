@@ -75,7 +75,7 @@ func (a *Activities) subStep(ctx context.Context, in TurnInput, ep *episode, poo
 	if budget < 1 {
 		return seg, false, nil
 	}
-	reply, err := ep.sample(ctx, pool, session, in.Agent, &seg, prompt, ids, budget)
+	reply, err := a.sample(ctx, ep, pool, session, in.Agent, &seg, prompt, ids, budget)
 	if err != nil {
 		return seg, false, err
 	}
@@ -200,7 +200,7 @@ func (a *Activities) retryOnLength(ctx context.Context, in TurnInput, s *harness
 		}
 		retries++
 		*seg = segment{Turn: in.Turn, Context: cut.Context}
-		if reply, err = ep.sample(ctx, pool, session, in.Agent, seg, append([]int32{}, ep.tokens...), nil, budget); err != nil {
+		if reply, err = a.sample(ctx, ep, pool, session, in.Agent, seg, append([]int32{}, ep.tokens...), nil, budget); err != nil {
 			return "", err
 		}
 	}

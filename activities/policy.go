@@ -72,7 +72,7 @@ func (a *Activities) policyTurn(ctx context.Context, in TurnInput, ep *episode) 
 		// A normal end, not a failure: the next turn would not fit.
 		return a.exhausted(ep, seg, nil)
 	}
-	reply, err := ep.sample(ctx, pool, session, in.Agent, &seg, prompt, glue, budget)
+	reply, err := a.sample(ctx, ep, pool, session, in.Agent, &seg, prompt, glue, budget)
 	if err != nil {
 		return TurnResult{}, err
 	}
@@ -138,7 +138,12 @@ func (e *episode) model(ctx context.Context, pool *inference.Pool, mf *harness.M
 	if e.info != nil {
 		return nil
 	}
-	info, err := pool.ModelInfo(ctx, session)
+	// The facts come from the checkpoint's files when a sidecar serves them:
+	// a stock engine has no /get_model_info.
+	info, err := sidecarModelInfo(ctx, mf)
+	if mf == nil {
+		info, err = pool.ModelInfo(ctx, session)
+	}
 	if err != nil {
 		return inferenceErr(err)
 	}
@@ -166,6 +171,16 @@ func (e *episode) model(ctx context.Context, pool *inference.Pool, mf *harness.M
 	}
 	e.info, e.chat = &info, chat
 	return nil
+}
+
+// sample is ep.sample with the reply's text decoded by the model-files
+// sidecar when the engine sent token IDs only (stock vLLM's token mode).
+func (a *Activities) sample(ctx context.Context, ep *episode, pool *inference.Pool, session string, agent AgentSpec, seg *segment, prompt, glue []int32, maxNew int) (string, error) {
+	reply, err := ep.sample(ctx, pool, session, agent, seg, prompt, glue, maxNew)
+	if err == nil && reply == "" {
+		reply, err = a.replyText(ctx, ep, seg)
+	}
+	return reply, err
 }
 
 // sample runs one generation over prompt (the episode's tokens, then this

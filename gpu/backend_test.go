@@ -131,3 +131,52 @@ func TestShardedTrainerCommand(t *testing.T) {
 		}
 	}
 }
+
+// -inference-engine picks what the worker starts as its local server: the
+// backend's own server (t1flow), stock vLLM for an hf checkpoint, and never
+// SGLang (started by its operator, named with -inference).
+func TestEngineCommand(t *testing.T) {
+	hf := Backend{Name: BackendHF, Python: "/h/hfenv/bin/python", Dir: "/src/gpu/hf"}
+	cmd, env, err := hf.EngineCommand("", "/m", Slot{}, "s.json")
+	if err != nil || !reflect.DeepEqual(cmd, hf.InferenceCommand("/m", Slot{}, "--state", "s.json")) || !reflect.DeepEqual(env, hf.Env(Slot{})) {
+		t.Fatalf("t1flow: %v %v %v", cmd, env, err)
+	}
+	t.Setenv("T1FLOW_HF_PYTHON", "/h/hfenv/bin/python")
+	cmd, env, err = hf.EngineCommand("vllm", "/m", Slot{}, "s.json", "--max-model-len", "2048")
+	if err != nil || !reflect.DeepEqual(cmd, VLLMCommand("/m", Slot{}, "--max-model-len", "2048")) || !reflect.DeepEqual(env, VLLMEnv(Slot{})) {
+		t.Fatalf("vllm: %v %v %v", cmd, env, err)
+	}
+	if strings.Contains(strings.Join(cmd, " "), "--state") || !strings.Contains(strings.Join(env, " "), "VLLM_SERVER_DEV_MODE=1") {
+		t.Errorf("vllm gets t1flow's --state or lacks its dev-mode reload route: %v %v", cmd, env)
+	}
+	for _, c := range []struct {
+		b            Backend
+		engine, want string
+	}{
+		{Reference(), "vllm", "-gpu-backend hf"},
+		{hf, "sglang", "-inference"},
+		{hf, "tgi", "must be one of"},
+	} {
+		if _, _, err := c.b.EngineCommand(c.engine, "/m", Slot{}, "s.json"); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s on %s: %v, want an error with %q", c.engine, c.b.Name, err, c.want)
+		}
+	}
+}
+
+// A supervisor recognizes its own orphan by the program it runs: vLLM runs
+// as `python -m vllm.entrypoints.openai.api_server`, where "-m" would match
+// any python process holding a recycled PID.
+func TestSupervisorProgram(t *testing.T) {
+	for _, c := range []struct {
+		cmd  []string
+		want string
+	}{
+		{VLLMCommand("/m", Slot{}), "vllm.entrypoints.openai.api_server"},
+		{[]string{"/p/python", "/src/gpu/hf/server.py", "--port", "{port}"}, "server.py"},
+		{[]string{"/bin/versitygw"}, "versitygw"},
+	} {
+		if got := (&Supervisor{Command: c.cmd}).program(); got != c.want {
+			t.Errorf("%v: program %q, want %q", c.cmd, got, c.want)
+		}
+	}
+}

@@ -89,16 +89,20 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		// The server records what it serves, and keeps its port: a worker
 		// restarted after a crash brings back the same URL serving the same
 		// weights, so a campaign's rollouts go on sampling the version it expects.
-		args := append([]string{"--state", filepath.Join(work, "inference.served.json")}, o.ServerArgs...)
+		cmd, env, err := b.EngineCommand(o.InferenceEngine, o.Init, infSlot, filepath.Join(work, "inference.served.json"), o.ServerArgs...)
+		if err != nil {
+			l.Trainer.Stop()
+			return nil, err
+		}
 		l.Inference = &Supervisor{
-			Name: "inference", PortFile: filepath.Join(work, "inference.port"), Command: b.InferenceCommand(o.Init, infSlot, args...),
-			Env: b.Env(infSlot), LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
+			Name: "inference", PortFile: filepath.Join(work, "inference.port"), Command: cmd,
+			Env: env, LogPath: filepath.Join(o.Home, "logs", "inference.log"), PIDFile: filepath.Join(work, "inference.pid"),
 		}
 		if b.Name == BackendHF {
 			l.Inference.HealthTimeout = hfLoadTimeout
 		}
 		if o.InferenceHangWindow > 0 {
-			l.Inference.Watchdog = InferenceWatchdog(o.InferenceHangWindow)
+			l.Inference.Watchdog = EngineWatchdog(o.InferenceEngine, o.InferenceHangWindow)
 		}
 		if err := l.Inference.Start(ctx); err != nil {
 			l.Trainer.Stop()

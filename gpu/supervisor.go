@@ -159,8 +159,7 @@ func (s *Supervisor) stopOrphan() {
 	// Only if that PID still runs our program (the script, for python ones):
 	// a recycled PID belongs to someone else.
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	args := s.args()
-	if err != nil || !strings.Contains(string(cmdline), filepath.Base(args[min(1, len(args)-1)])) {
+	if err != nil || !strings.Contains(string(cmdline), s.program()) {
 		return
 	}
 	syscall.Kill(-pid, syscall.SIGKILL)
@@ -171,6 +170,17 @@ func (s *Supervisor) stopOrphan() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// program names what the process runs: its script (python x.py), its
+// module (python -m vllm.entrypoints...), else its binary.
+func (s *Supervisor) program() string {
+	args := s.args()
+	i := min(1, len(args)-1)
+	if args[i] == "-m" && i+1 < len(args) {
+		i++
+	}
+	return filepath.Base(args[i])
 }
 
 func (s *Supervisor) launch() error {

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/httpjson"
 )
 
@@ -28,6 +29,18 @@ type Watchdog struct {
 	// answer it, while its /health may).
 	Probe func(ctx context.Context, baseURL string) error
 	hangs atomic.Int32
+}
+
+// EngineWatchdog is the watchdog of a local server of an engine kind: stock
+// vLLM has no /health_generate, and its /health fails once its engine core
+// is dead or wedged; the others are probed with InferenceWatchdog.
+func EngineWatchdog(engine string, window time.Duration) *Watchdog {
+	if engine != inference.EngineVLLM {
+		return InferenceWatchdog(window)
+	}
+	return &Watchdog{Window: window, Probe: func(ctx context.Context, url string) error {
+		return httpjson.Call(ctx, http.DefaultClient, "GET", url+"/health", "vllm /health", "", nil, nil)
+	}}
 }
 
 // InferenceWatchdog probes an SGLang-compatible server's /health_generate.

@@ -13,8 +13,9 @@ import (
 
 // VLLM is stock vLLM's token-in token-out API as it ships
 // (docs/trainer-protocol.md, "Inference engines"): POST /inference/v1/generate
-// (served with --enable-scale-out), GET /v1/models, GET /server_info and
-// POST /collective_rpc (both with VLLM_SERVER_DEV_MODE=1), GET /health.
+// (served with --enable-scale-out), GET /v1/models, GET /server_info,
+// POST /collective_rpc, POST /update_weight_version and GET /weight_info
+// (the last four with VLLM_SERVER_DEV_MODE=1), GET /health.
 type VLLM struct {
 	*Client
 
@@ -60,6 +61,8 @@ type vllmResponse struct {
 		FinishReason  *string       `json:"finish_reason"`
 		RoutedExperts *string       `json:"routed_experts"`
 		Text          string        `json:"text"`
+		// WeightVersions: which weight version sampled which output tokens.
+		WeightVersions []vllmSpan `json:"weight_versions"`
 	} `json:"choices"`
 	Usage *struct {
 		PromptTokens     int `json:"prompt_tokens"`
@@ -68,8 +71,15 @@ type vllmResponse struct {
 			CachedTokens int `json:"cached_tokens"`
 		} `json:"prompt_tokens_details"`
 	} `json:"usage"`
-	WeightVersion  string   `json:"weight_version"`
-	WeightVersions []string `json:"weight_versions"`
+}
+
+// vllmSpan is vLLM's WeightVersionSpan: output tokens [start, end) were
+// sampled by the weights labelled version (the engine's label, "default" at
+// launch, set by POST /update_weight_version).
+type vllmSpan struct {
+	Version string `json:"version"`
+	Start   int    `json:"start"`
+	End     int    `json:"end"`
 }
 
 // Generate runs /inference/v1/generate.
@@ -94,7 +104,7 @@ func (v *VLLM) normalise(r *vllmResponse, req Request) (*Generation, error) {
 		return nil, fmt.Errorf("inference vllm: %d choices, expected 1", len(r.Choices))
 	}
 	c := r.Choices[0]
-	g := &Generation{Text: c.Text, OutputIDs: c.TokenIDs, Completion: len(c.TokenIDs), WeightVersion: v.version(r)}
+	g := &Generation{Text: c.Text, OutputIDs: c.TokenIDs, Completion: len(c.TokenIDs), WeightVersion: v.version(c.WeightVersions)}
 	if r.Usage != nil {
 		g.PromptTokens, g.Completion = r.Usage.PromptTokens, r.Usage.CompletionTokens
 		if r.Usage.Details != nil {
@@ -183,12 +193,19 @@ func decodeVLLMRouting(s string) (*Routing, error) {
 	return &Routing{Rows: shape[0], Layers: shape[1], TopK: shape[2], IDs: ids}, nil
 }
 
-func (v *VLLM) version(r *vllmResponse) string {
-	if n := len(r.WeightVersions); n > 0 {
-		return r.WeightVersions[n-1]
+// version is the weight version that sampled a generation: its spans'
+// version, the versions joined by "+" when a reload came mid-generation (no
+// one policy's sample, so never trained as one), else (no output token) the
+// version this client last loaded.
+func (v *VLLM) version(spans []vllmSpan) string {
+	var vs []string
+	for _, sp := range spans {
+		if len(vs) == 0 || vs[len(vs)-1] != sp.Version {
+			vs = append(vs, sp.Version)
+		}
 	}
-	if r.WeightVersion != "" {
-		return r.WeightVersion
+	if len(vs) > 0 {
+		return strings.Join(vs, "+")
 	}
 	v.mu.Lock()
 	defer v.mu.Unlock()
@@ -197,8 +214,11 @@ func (v *VLLM) version(r *vllmResponse) string {
 
 // UpdateWeights reloads the weights in place through /collective_rpc
 // (reload_weights with weights_path; the server needs VLLM_SERVER_DEV_MODE=1).
-// vLLM has no weight-version argument: the client records version as what
-// it serves, and gpu's reload verification checks the weights are right.
+// reload_weights takes no version: the engine's label is then set with
+// /update_weight_version, so every client of the server (the rollouts' too)
+// reads it in the generate answers' weight_versions and at /weight_info, and
+// a restarted engine reports "default" again. gpu's reload verification
+// checks the weights are right.
 func (v *VLLM) UpdateWeights(ctx context.Context, dir, version string) error {
 	body := map[string]any{"method": "reload_weights", "kwargs": map[string]string{"weights_path": dir}}
 	if err := v.do(ctx, http.MethodPost, "/collective_rpc", body, nil); err != nil {
@@ -217,6 +237,15 @@ func (v *VLLM) UpdateWeights(ctx context.Context, dir, version string) error {
 	if reset.Success != nil && !*reset.Success {
 		return fmt.Errorf("vllm %s: /reset_prefix_cache after reloading %s answered success false (KV blocks still in use): the reload is not usable yet", v.BaseURL, dir)
 	}
+	var set struct {
+		Success bool `json:"success"`
+	}
+	if err := v.do(ctx, http.MethodPost, "/update_weight_version", map[string]string{"new_version": version}, &set); err != nil {
+		return err
+	}
+	if !set.Success {
+		return fmt.Errorf("vllm %s: /update_weight_version %s after reloading %s did not answer success", v.BaseURL, version, dir)
+	}
 	v.SetVersion(version)
 	return nil
 }
@@ -230,7 +259,8 @@ func (v *VLLM) SetVersion(version string) {
 }
 
 // Info reads /v1/models (model and max_model_len) and, when the server runs
-// in dev mode, /server_info (its config, for the routed-experts flag).
+// in dev mode, /weight_info (the engine's weight-version label) and
+// /server_info (its config, for the routed-experts flag).
 func (v *VLLM) Info(ctx context.Context) (ServerInfo, error) {
 	var models struct {
 		Data []struct {
@@ -246,10 +276,16 @@ func (v *VLLM) Info(ctx context.Context) (ServerInfo, error) {
 		return ServerInfo{}, fmt.Errorf("inference vllm %s: /v1/models lists no model", v.BaseURL)
 	}
 	m := models.Data[0]
-	info := ServerInfo{ModelPath: m.Root, ContextLen: m.MaxModelLen, WeightVersion: v.version(&vllmResponse{}),
+	info := ServerInfo{ModelPath: m.Root, ContextLen: m.MaxModelLen, WeightVersion: v.version(nil),
 		CaptureFlag: "--enable-return-routed-experts (model_config.enable_return_routed_experts)"}
 	if info.ModelPath == "" {
 		info.ModelPath = m.ID
+	}
+	var wi struct {
+		WeightVersion *string `json:"weight_version"`
+	}
+	if err := v.do(ctx, http.MethodGet, "/weight_info", nil, &wi); err == nil && wi.WeightVersion != nil {
+		info.WeightVersion = *wi.WeightVersion // the engine's own label: "default" after a restart
 	}
 	var si map[string]any
 	if err := v.do(ctx, http.MethodGet, "/server_info", nil, &si); err == nil {

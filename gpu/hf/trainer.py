@@ -213,6 +213,7 @@ class Trainer(reference.Trainer):
         if not d:
             raise httpjson.HTTPError(400, "batch_dir is required")
         f = self._facts()
+        need_routing = need_routing and f["num_layers"] > 0   # a dense model has no routing: R3 off
         try:
             meta, trajs = B.load(d, f["num_layers"], f["num_experts"], f["top_k"], need_routing)
         except B.RoutingError as e:
@@ -229,6 +230,11 @@ class Trainer(reference.Trainer):
         """As the reference's: |trainer - sampler| log-prob of each loss token
         with R3 and with the trainer's own routing, and where the trainer
         would route differently."""
+        if p.routing is None:   # dense: nothing to replay, the two gaps are one
+            with torch.no_grad():
+                lp, _ = self._logp(p.inputs, p.targets, None, p.temperature)
+            gap = (lp - p.sampler_logp)[p.mask].abs()
+            return {"replayed": lp, "gap_replay": gap, "gap_free": gap, "flips": torch.zeros_like(gap, dtype=torch.bool)}
         with torch.no_grad():
             replayed, _ = self._logp(p.inputs, p.targets, p.routing, p.temperature)
             with hfmoe.routing(self.actor, capture=True) as cap:

@@ -361,7 +361,7 @@ class Trainer:
                 a = adv[mb][m]
                 if h.norm_adv and a.numel() > 1:
                     a = (a - a.mean()) / (a.std() + 1e-8)
-                new_logp, ent = self._logp(inputs[mb], targets[mb], routing[mb], temp[mb])
+                new_logp, ent = self._logp(inputs[mb], targets[mb], None if routing is None else routing[mb], temp[mb])
                 pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef)
                 entropy = ent[m].mean()
                 v = self._values(inputs[mb])

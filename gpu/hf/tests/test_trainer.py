@@ -103,3 +103,17 @@ def test_saved_checkpoint_is_what_the_server_serves(tiny, engines, sampled, tmp_
     assert again.info()["weight_version"] == "v1"
     p1 = tr.actor.get_decoder().embed_tokens.weight
     assert torch.equal(again.model.get_decoder().embed_tokens.weight, p1.detach())
+
+
+def test_ppo_step_on_a_dense_model_needs_no_routing(tiny, tmp_path):
+    """A dense policy (SmolLM2's Llama) has no experts: its rollouts carry no
+    routed_experts (R3 off) and PPO trains them; the replay gap is the
+    no-replay gap."""
+    tr = make_trainer(tmp_path / "w", tiny("llama"))
+    V = tr._facts()["vocab_size"]
+    trajs = [{"tokens": [(7 * i + j) % V for j in range(12)], "loss_mask": [0] * 6 + [1] * 6,
+              "logprobs": [0.0] * 6 + [-2.0] * 6, "temperature": 0.7} for i in range(2)]
+    bare = batch(tmp_path, "dense", trajs, rewards=[1.0, 0.0])
+    out = op(tr, "ppo_step", "c/ppo/0", bare, preset="small", hyper={"update_epochs": 1, "minibatches": 2})
+    assert tr.version == 1 and out["trajectories"] == 2 and out["tokens"] == 12
+    assert out["logprob_gap_replay"] == out["logprob_gap_noreplay"] > 0
