@@ -89,7 +89,7 @@ func campaignStart(ctx context.Context, c client.Client, in workflows.CampaignIn
 		return err
 	}
 	var res workflows.CampaignResult
-	if err := run.Get(ctx, &res); err != nil {
+	if err := getResult(ctx, run, &res); err != nil {
 		return fmt.Errorf("campaign %s: %w", cfg.Name, err)
 	}
 	printEvals(stdout, res.State)

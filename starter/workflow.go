@@ -145,7 +145,7 @@ func followRun(ctx context.Context, st store.Store, l launch, noun string, asJSO
 // query as a line that updates (a line per change when not on a terminal).
 func waitWithProgress(ctx context.Context, c client.Client, run client.WorkflowRun, stderr io.Writer, noun string, res any) error {
 	done := make(chan error, 1)
-	go func() { done <- run.Get(ctx, res) }()
+	go func() { done <- getResult(ctx, run, res) }()
 	tty := isTerminal(stderr)
 	last := ""
 	t := time.NewTicker(time.Second)
