@@ -28,10 +28,11 @@ type DiskPlan struct {
 	// Watch is true when the limit must be enforced by DiskWatch instead.
 	Watch bool
 	// Referenced is true when the daemon's size counts the image's files as
-	// well as what the sandbox writes (btrfs quota groups limit a
+	// well as what the sandbox writes (full btrfs quota groups limit a
 	// subvolume's referenced bytes, and a container's subvolume is a
 	// snapshot of its image): the size given is then the image's plus
-	// storage_mb, so the sandbox may still write storage_mb.
+	// storage_mb, so the sandbox may still write storage_mb. Simple quotas
+	// (squota) count only what the sandbox writes: false.
 	Referenced bool
 	// Why says what the daemon supports, for logs and the operator.
 	Why string
@@ -96,6 +97,18 @@ func diskProbe(ctx context.Context, cli *client.Client, img string) (DiskPlan, e
 		}
 	}
 	what := fmt.Sprintf("storage driver %s on %s", info.Driver, backing)
+	if info.Driver == "btrfs" {
+		// btrfs simple quotas (squota) count only the extents the sandbox
+		// writes, so a 1 MB size fits a fresh container; full quota groups
+		// count its image's shared files too (Referenced), and refuse it.
+		err := probeSize(ctx, cli, img, 1)
+		if err == nil {
+			return DiskPlan{Why: what + ": the daemon enforces storage_mb (--storage-opt size; btrfs simple quotas count what the sandbox writes)"}, nil
+		}
+		if errdefs.IsNotFound(err) {
+			return DiskPlan{}, fmt.Errorf("probe disk limits: %w", err)
+		}
+	}
 	referenced, probe := info.Driver == "btrfs", int64(64)
 	if referenced {
 		mb, err := imageMB(ctx, cli, img)
@@ -104,10 +117,8 @@ func diskProbe(ctx context.Context, cli *client.Client, img string) (DiskPlan, e
 		}
 		probe += mb
 	}
-	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"true"}},
-		&container.HostConfig{NetworkMode: "none", StorageOpt: map[string]string{"size": fmt.Sprintf("%dM", probe)}}, nil, nil, "")
+	err = probeSize(ctx, cli, img, probe)
 	if err == nil {
-		cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
 		return DiskPlan{Referenced: referenced, Why: what + ": the daemon enforces storage_mb (--storage-opt size)"}, nil
 	}
 	if errdefs.IsNotFound(err) {
@@ -170,4 +181,15 @@ func DiskWatch(ctx context.Context, cli *client.Client, id string, limitMB int64
 			return DiskExceeded{Used: used, Limit: limit}
 		}
 	}
+}
+
+// probeSize creates (never starts) a container of img with a size of mb MB,
+// removes it, and returns the daemon's answer.
+func probeSize(ctx context.Context, cli *client.Client, img string, mb int64) error {
+	resp, err := cli.ContainerCreate(ctx, &container.Config{Image: img, Cmd: []string{"true"}},
+		&container.HostConfig{NetworkMode: "none", StorageOpt: map[string]string{"size": fmt.Sprintf("%dM", mb)}}, nil, nil, "")
+	if err == nil {
+		cli.ContainerRemove(context.WithoutCancel(ctx), resp.ID, container.RemoveOptions{Force: true})
+	}
+	return err
 }

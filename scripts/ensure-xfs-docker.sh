@@ -100,6 +100,30 @@ xfs_quota_ok() {
   if [ -r /proc/config.gz ]; then zcat /proc/config.gz | grep -q '^CONFIG_XFS_QUOTA=y'; return; fi
   [ -r "/boot/config-$(uname -r)" ] && grep -q '^CONFIG_XFS_QUOTA=[ym]' "/boot/config-$(uname -r)"
 }
+# btrfs quotas: simple quotas (squota, kernel 6.7+) where the kernel has
+# them, else full quota groups. Full ones walk every snapshot that shares an
+# extent at each commit, and every container and image layer of the btrfs
+# driver is a snapshot of the base: measured here, `docker run --rm` took 5 s
+# after 40 containers and 5 images (0.8 s on overlay2, 1.5 s on squota), a
+# 4-layer build 3.4x overlay2's (squota 1.7x). A simple quota also counts only
+# what the sandbox writes (the extents it owns), not its image's shared files.
+# bookworm's btrfs-progs (6.2) has no `quota enable --simple`: the ioctl is
+# then issued directly (BTRFS_IOC_QUOTA_CTL, cmd 4 = enable simple quota).
+# T1FLOW_BTRFS_QUOTA=full forces full quota groups.
+btrfs_mode() { cat "/sys/fs/btrfs/$(findmnt -no UUID "$MNT")/qgroups/mode" 2>/dev/null || echo none; }
+btrfs_quota() {
+  local mode; mode=$(btrfs_mode)
+  if [ "$mode" = none ] && [ "${T1FLOW_BTRFS_QUOTA:-simple}" != full ]; then
+    btrfs quota enable --simple "$MNT" 2>/dev/null ||
+      python3 -c 'import fcntl,os,struct,sys; fcntl.ioctl(os.open(sys.argv[1], os.O_RDONLY), 0xC0109428, struct.pack("QQ", 4, 0))' "$MNT" 2>/dev/null ||
+      say "this kernel has no btrfs simple quotas (6.7+): full quota groups, slower with many containers"
+    mode=$(btrfs_mode)
+  fi
+  [ "$mode" != none ] || { btrfs quota enable "$MNT"; mode=$(btrfs_mode); }
+  if [ "$mode" = qgroup ] && [ "${T1FLOW_BTRFS_QUOTA:-simple}" != full ]; then
+    say "btrfs quota mode: qgroup (full quota groups; this loop file was made so: stop, remove $IMG and start again for simple quotas)"
+  else say "btrfs quota mode: $mode"; fi
+}
 FS=${T1FLOW_XFS_FS:-}
 if [ -z "$FS" ]; then
   if xfs_quota_ok; then FS=xfs
@@ -126,7 +150,7 @@ if ! mountpoint -q "$MNT"; then
 fi
 case $FS in
 xfs) grep -q " $MNT xfs .*prjquota" /proc/mounts || { say "$MNT is not mounted with project quotas"; exit 1; } ;;
-btrfs) btrfs quota enable "$MNT" ;;
+btrfs) btrfs_quota ;;
 esac
 if ! ip link show "$BR" >/dev/null 2>&1; then
   ip link add name "$BR" type bridge
