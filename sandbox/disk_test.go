@@ -115,6 +115,14 @@ func TestDiskLimitEnforcedByKernel(t *testing.T) {
 	if used > 72<<20 {
 		t.Errorf("the sandbox wrote %d MB against a 64 MB limit", used>>20)
 	}
+	// The bomb's own size: the btrfs driver reports no writable-layer size
+	// (-1), and a limit that counted the image's size twice (a full quota
+	// group's sizing under simple quotas) let 400 MB through.
+	if f := strings.Fields(out); len(f) == 0 {
+		t.Errorf("no size of /bomb in %q", out)
+	} else if n, err := strconv.ParseInt(f[len(f)-1], 10, 64); err != nil || n > 72<<20 {
+		t.Errorf("the bomb wrote %s bytes against a 64 MB limit (%v)", f[len(f)-1], err)
+	}
 	// Other tests may write beside this one; a bomb that got through would
 	// show as about 1 GB.
 	if grew > 400<<20 {
