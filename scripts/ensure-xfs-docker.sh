@@ -110,7 +110,11 @@ xfs_quota_ok() {
 # bookworm's btrfs-progs (6.2) has no `quota enable --simple`: the ioctl is
 # then issued directly (BTRFS_IOC_QUOTA_CTL, cmd 4 = enable simple quota).
 # T1FLOW_BTRFS_QUOTA=full forces full quota groups.
-btrfs_mode() { cat "/sys/fs/btrfs/$(findmnt -no UUID "$MNT")/qgroups/mode" 2>/dev/null || echo none; }
+btrfs_mode() {
+  local uuid; uuid=$(findmnt -no UUID "$MNT" 2>/dev/null || true)
+  [ -n "$uuid" ] || uuid=$(btrfs filesystem show "$MNT" 2>/dev/null | sed -n 's/.*uuid: *//p' | head -n 1)
+  cat "/sys/fs/btrfs/$uuid/qgroups/mode" 2>/dev/null || echo none
+}
 btrfs_quota() {
   local mode; mode=$(btrfs_mode)
   if [ "$mode" = none ] && [ "${T1FLOW_BTRFS_QUOTA:-simple}" != full ]; then
