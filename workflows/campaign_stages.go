@@ -220,7 +220,7 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	cctx := cancelledChildCtx(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), fmt.Sprintf("%s PPO step %d", c.cfg.Name, step))
 	var res StepRecord
 	err = c.runBatch(ctx, workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
-		RolloutBatch: c.batch(tasks), Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare,
+		RolloutBatch: c.batch(tasks), Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(),
 	}), &res)
 	if err != nil {
 		return err
