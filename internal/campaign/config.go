@@ -75,6 +75,10 @@ type Config struct {
 		// sampler's probability of it (the sampler's own log-probs, TITO):
 		// "none" (the plain PPO loss), "tis" (truncated at ISCap) or "mis"
 		// (tokens outside [1/ISCap, ISCap] masked out). docs/campaigns.md.
+		// MaxStaleness K: a step trains rollouts sampled within K weight
+		// versions of the policy being trained; older ones are left out and
+		// counted stale (0: only the current version, on-policy).
+		MaxStaleness int     `toml:"max_staleness" json:"max_staleness,omitempty"`
 		ISCorrection string  `toml:"is_correction" json:"is_correction,omitempty"`
 		ISCap        float64 `toml:"is_cap" json:"is_cap,omitempty"`
 	} `toml:"ppo" json:"ppo"`
@@ -220,6 +224,7 @@ func (ch *checker) check(c *Config) {
 		{"ppo.max_failed_share", c.PPO.MaxFailedShare < 0 || c.PPO.MaxFailedShare > 1, fmt.Sprintf("= %v must be between 0 and 1", c.PPO.MaxFailedShare)},
 		positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery),
 		{"ppo.step_deadline_minutes", !(c.PPO.StepDeadlineMinutes > 0), fmt.Sprintf("= %v must be > 0 (minutes in which a step retries aborted rollouts)", c.PPO.StepDeadlineMinutes)},
+		nonNegative("ppo.max_staleness", c.PPO.MaxStaleness),
 		{"ppo.is_correction", !validISCorrection(c.PPO.ISCorrection), fmt.Sprintf("= %q must be none, tis or mis", c.PPO.ISCorrection)},
 		{"ppo.is_cap", !(c.PPO.ISCap >= 1) || math.IsInf(c.PPO.ISCap, 0), fmt.Sprintf("= %v must be a number >= 1 (TIS truncates the importance weight at it; MIS keeps tokens whose weight is within [1/is_cap, is_cap])", c.PPO.ISCap)},
 		nonNegative("eval.every", c.Eval.Every),

@@ -113,3 +113,17 @@ func TestISCorrection(t *testing.T) {
 		}
 	}
 }
+
+// max_staleness: 0 (on-policy) by default, never negative.
+func TestMaxStaleness(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	if c, err := Parse("c.toml", base); err != nil || c.PPO.MaxStaleness != 0 {
+		t.Fatalf("default: %d %v", c.PPO.MaxStaleness, err)
+	}
+	if c, err := Parse("c.toml", base+"[ppo]\nmax_staleness = 1\n"); err != nil || c.PPO.MaxStaleness != 1 {
+		t.Fatalf("1: %d %v", c.PPO.MaxStaleness, err)
+	}
+	if _, err := Parse("c.toml", base+"[ppo]\nmax_staleness = -1\n"); err == nil || !strings.Contains(err.Error(), "c.toml: ppo.max_staleness = -1 must be >= 0") {
+		t.Fatalf("-1: %v", err)
+	}
+}
