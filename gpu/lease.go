@@ -169,7 +169,7 @@ func (a *Activities) resumeInit(ctx context.Context, in InitInput) (Health, erro
 		if err != nil {
 			return h, classify(err)
 		}
-		if want, ok := versionOf(in.Checkpoint.WeightVersion); ok && h.Version >= want {
+		if want, ok := VersionOf(in.Checkpoint.WeightVersion); ok && h.Version >= want {
 			h.Kept = true
 			return h, nil
 		}
@@ -177,8 +177,8 @@ func (a *Activities) resumeInit(ctx context.Context, in InitInput) (Health, erro
 	return a.TrainerLoad(ctx, *in.Checkpoint)
 }
 
-// versionOf parses a weight version "v<N>".
-func versionOf(wv string) (int, bool) {
+// VersionOf parses a weight version "v<N>" (N: the trainer's version count).
+func VersionOf(wv string) (int, bool) {
 	n, err := strconv.Atoi(strings.TrimPrefix(wv, "v"))
 	return n, err == nil && strings.HasPrefix(wv, "v")
 }

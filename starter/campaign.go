@@ -216,7 +216,7 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 	}
 	for _, r := range s.Recent {
 		b, _ := json.Marshal(r.Metrics)
-		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r), b)
+		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r)+stalenessText(r), b)
 	}
 	for _, e := range s.Evals {
 		fmt.Fprintf(w, "  eval %s\n", e)
@@ -232,6 +232,15 @@ func retriesText(r workflows.StepRecord) string {
 		return ""
 	}
 	return fmt.Sprintf(", %d retried after aborts (samples by retries %v, max %d)", retried, r.Retries, r.RetriesMax)
+}
+
+// stalenessText says, under ppo.max_staleness, how far behind the step's
+// policy its trained rollouts were sampled and how many were left out.
+func stalenessText(r workflows.StepRecord) string {
+	if r.MaxStaleness == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", trained by versions behind %v, %d stale left out (max_staleness %d)", r.Staleness, r.Stale, r.MaxStaleness)
 }
 
 func retriedSamples(r workflows.StepRecord) int {

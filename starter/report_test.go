@@ -43,6 +43,15 @@ func TestReportRendersPlotsAndNumbers(t *testing.T) {
 	if !strings.Contains(out.String(), "step 2 (): 0/0 trained, reward 0.200, turns 3.0, 3 retried after aborts (samples by retries [5 2 0 1], max 3)") {
 		t.Fatalf("status does not show the retries:\n%s", out.String())
 	}
+	if strings.Contains(out.String(), "max_staleness") {
+		t.Fatalf("status shows staleness of an on-policy campaign:\n%s", out.String())
+	}
+	rep.State.Steps[2].MaxStaleness, rep.State.Steps[2].Staleness, rep.State.Steps[2].Stale = 1, []int{3, 1}, 2
+	out.Reset()
+	printStatus(&out, workflows.CampaignStatus{Name: "demo", Recent: rep.State.Steps}, "campaign/demo")
+	if !strings.Contains(out.String(), "turns 3.0, trained by versions behind [3 1], 2 stale left out (max_staleness 1)") {
+		t.Fatalf("status does not show the staleness:\n%s", out.String())
+	}
 	for _, want := range []string{">PPO step</text>", ">rate (0-1)</text>", ">explained variance</text>", ">cold</text>", ">warm</text>"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("html has no %q (axis labels, the EV plot's cold and warm points)", want)

@@ -170,7 +170,7 @@ func (bw *batchWindow) result(ctx workflow.Context, r RolloutResult, i int) {
 		}
 	}
 	c := collected{BatchCounts: w.Counts}
-	c.add(r, bw.b.Version, bw.b.Agent.Temperature)
+	c.add(r, bw.b)
 	c.took(w.Retries[i])
 	w.Counts, w.Pending = c.BatchCounts, append(w.Pending, c.batch...)
 }

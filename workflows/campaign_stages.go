@@ -219,8 +219,10 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	}
 	cctx := cancelledChildCtx(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), fmt.Sprintf("%s PPO step %d", c.cfg.Name, step))
 	var res StepRecord
+	b := c.batch(tasks)
+	b.MaxStaleness = c.cfg.PPO.MaxStaleness
 	err = c.runBatch(ctx, workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
-		RolloutBatch: c.batch(tasks), Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare,
+		RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(),
 	}), &res)
 	if err != nil {
 		return err
@@ -274,6 +276,20 @@ func StepScalars(s StepRecord) map[string]float64 {
 		"rollout/reward_mean": s.RewardMean, "rollout/resolved_rate": s.ResolvedRate, "rollout/mean_turns": s.MeanTurns,
 		"rollout/trained": float64(s.Trained), "rollout/aborted": float64(s.Aborted), "rollout/failed": float64(s.Failed),
 		"rollout/stale": float64(s.Stale), "rollout/tampered": float64(s.Tampered),
+	}
+	if s.MaxStaleness > 0 {
+		// Trained rollouts by how many versions behind the step's policy they were sampled.
+		n, sum, most := 0, 0, 0
+		for k, c := range s.Staleness {
+			n, sum = n+c, sum+k*c
+			if c > 0 {
+				most = k
+			}
+		}
+		out["rollout/staleness_max"] = float64(most)
+		if n > 0 {
+			out["rollout/staleness_mean"] = float64(sum) / float64(n)
+		}
 	}
 	for k, v := range s.Metrics {
 		if f, ok := v.(float64); ok {

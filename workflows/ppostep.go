@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -40,6 +41,11 @@ type StepRecord struct {
 	// their outcome counted; RetriesMax is the most any sample took.
 	Retries    []int `json:"retries,omitempty"`
 	RetriesMax int   `json:"retries_max"`
+	// MaxStaleness is the step's ppo.max_staleness; Staleness[k] the trained
+	// rollouts sampled k versions behind PolicyVersion (Stale: those left
+	// out for being further behind, or of another version).
+	MaxStaleness int   `json:"max_staleness,omitempty"`
+	Staleness    []int `json:"staleness,omitempty"`
 }
 
 // Aborted rollouts are started again, fresh, until the batch's deadline:
@@ -76,6 +82,31 @@ type RolloutBatch struct {
 	// collection in progress it hands over (batchwindow.go).
 	ContinueEvery int          `json:"continue_every,omitempty"`
 	Window        *BatchWindow `json:"window,omitempty"`
+	// MaxStaleness K: a rollout trains when every segment of it was sampled
+	// within K weight versions of Version (ppo.max_staleness); older ones
+	// are left out and counted as stale. 0: only Version itself.
+	MaxStaleness int `json:"max_staleness,omitempty"`
+}
+
+// behind is how many weight versions the oldest segment of a rollout
+// sampled with versions lags Version, and whether the rollout may train.
+func (b RolloutBatch) behind(versions []string) (int, bool) {
+	if b.MaxStaleness == 0 || len(versions) == 0 {
+		return 0, len(versions) == 1 && versions[0] == b.Version
+	}
+	cur, ok := gpu.VersionOf(b.Version)
+	if !ok {
+		return 0, false
+	}
+	most := 0
+	for _, v := range versions {
+		n, ok := gpu.VersionOf(v)
+		if !ok || n > cur || cur-n > b.MaxStaleness {
+			return cur - n, false
+		}
+		most = max(most, cur-n)
+	}
+	return most, true
 }
 
 // PPOStepInput is one PPO step: the batch and the step's training settings.
@@ -109,6 +140,9 @@ type BatchCounts struct {
 	Turns        float64 `json:"turns"`
 	Resolved     int     `json:"resolved"`
 	Retries      []int   `json:"retries,omitempty"` // samples by the retries they took
+	// Staleness[k] counts the trained rollouts whose oldest segment was
+	// sampled k weight versions behind the batch's (ppo.max_staleness > 0).
+	Staleness []int `json:"staleness,omitempty"`
 }
 
 // collect runs one rollout per task, at most width at a time, and keeps the
@@ -145,7 +179,7 @@ func collect(ctx workflow.Context, b RolloutBatch, stage string, step int, runni
 				Agent: b.Agent, TurnCap: b.TurnCap, S: b.S}, fmt.Sprintf("%s %s %d: %s", b.Campaign, stage, step, b.Tasks[i].Name))
 		},
 		func(i int, f workflow.Future) {
-			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b.Version, b.Agent.Temperature)
+			out.add(rolloutOutcome(ctx, f, RolloutInput{CampaignID: b.Campaign, Stage: stage, Step: step, Task: b.Tasks[i], Attempt: attempt[i]}), b)
 		})
 	return out, err
 }
@@ -207,7 +241,7 @@ func collectRetrying(ctx workflow.Context, b RolloutBatch, stage string, step in
 						return
 					}
 				}
-				out.add(r, b.Version, b.Agent.Temperature)
+				out.add(r, b)
 				out.took(retries[i])
 			})
 		}
@@ -236,23 +270,30 @@ func (c *BatchCounts) took(retries int) {
 	c.Retries[retries]++
 }
 
-func (c *collected) add(r RolloutResult, version string, temperature float64) {
+func (c *collected) add(r RolloutResult, b RolloutBatch) {
 	c.Rollouts++
+	behind, fresh := b.behind(r.PolicyVersions)
 	switch {
 	case r.Outcome == OutcomeAborted:
 		c.Aborted++
 	case !r.Scored || r.Trajectory == nil:
 		c.Failed++
-	case len(r.PolicyVersions) != 1 || r.PolicyVersions[0] != version:
-		// Sampled by another policy version: never trained on.
+	case !fresh:
+		// Sampled by another policy version, or more than max_staleness behind: never trained on.
 		c.Stale++
 	default:
+		if b.MaxStaleness > 0 {
+			for len(c.Staleness) <= behind {
+				c.Staleness = append(c.Staleness, 0)
+			}
+			c.Staleness[behind]++
+		}
 		if r.Outcome == OutcomeTampered {
 			c.Tampered++
 		}
 		for _, t := range append([]store.Ref{*r.Trajectory}, r.Segments...) {
 			// A handoff's contexts are samples of their own, each on the context its sampler saw.
-			c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: t, Reward: r.Reward, PolicyVersion: r.PolicyVersions[0], TaskID: r.TaskID, Temperature: temperature})
+			c.batch = append(c.batch, gpu.TrajectoryRef{Trajectory: t, Reward: r.Reward, PolicyVersion: strings.Join(r.PolicyVersions, ","), TaskID: r.TaskID, Temperature: b.Agent.Temperature})
 		}
 		c.Trained++
 		c.Reward += r.Reward
@@ -308,7 +349,8 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		return StepRecord{}, err
 	}
 	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.Rollouts, Trained: col.Trained, Aborted: col.Aborted, Failed: col.Failed, Stale: col.Stale,
-		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0)}
+		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0),
+		MaxStaleness: in.MaxStaleness, Staleness: col.Staleness}
 	excluded := col.Aborted + col.Failed + col.Stale
 	if col.Rollouts == 0 || col.Trained == 0 || float64(excluded)/float64(col.Rollouts) > in.MaxFailedShare {
 		aborted := fmt.Sprintf("aborted %d", col.Aborted)

@@ -29,6 +29,9 @@ type stepRig struct {
 	running int
 	most    int // rollouts running at once, at most
 	trained int // trajectories the trainer got
+	// versions, when set, is the weight versions a rollout's segments were sampled with (else v0).
+	versions func(RolloutInput) []string
+	batch    []gpu.TrajectoryRef // what the trainer got inline
 }
 
 var otherTask = task.Ref{ID: "fedcba9876543210", Name: "other", Bundle: testTask.Bundle}
@@ -43,7 +46,11 @@ func newStepRig(t *testing.T, aborted func(RolloutInput) bool) *stepRig {
 		if aborted(rin) {
 			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeAborted, SandboxAttempts: 3, Error: "RoutingMissing: no routed experts"})
 		}
-		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 1, Trajectory: &traj, PolicyVersions: []string{"v0"}})
+		v := []string{"v0"}
+		if r.versions != nil {
+			v = r.versions(rin)
+		}
+		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 1, Trajectory: &traj, PolicyVersions: v})
 	})
 	r.env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
 		var rin RolloutInput
@@ -56,7 +63,7 @@ func newStepRig(t *testing.T, aborted func(RolloutInput) bool) *stepRig {
 	})
 	r.env.SetOnChildWorkflowCompletedListener(func(*workflow.Info, converter.EncodedValue, error) { r.running-- })
 	r.env.OnActivity(gact.TrainerPPOStep, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
-		r.trained = len(ti.Trajectories)
+		r.trained, r.batch = len(ti.Trajectories), ti.Trajectories
 		for _, ref := range ti.Chunks { // stored by storeOK
 			var part []gpu.TrajectoryRef
 			if err := memGet(strings.TrimPrefix(ref.URI, "file:///store/"), &part); err != nil {
@@ -192,7 +199,7 @@ func TestHandoffSegmentsAreSamplesOfTheirOwn(t *testing.T) {
 	var c collected
 	first := store.Ref{URI: "t0"}
 	c.add(RolloutResult{Scored: true, Outcome: OutcomeUnresolved, Reward: 0.25, PolicyVersions: []string{"v1"}, TaskID: "task",
-		Trajectory: &first, Segments: []store.Ref{{URI: "t1"}, {URI: "t2"}}}, "v1", 1)
+		Trajectory: &first, Segments: []store.Ref{{URI: "t1"}, {URI: "t2"}}}, RolloutBatch{Version: "v1", Agent: activities.AgentSpec{Temperature: 1}})
 	if c.Trained != 1 || len(c.batch) != 3 {
 		t.Fatalf("trained %d rollouts as %d samples, want 1 as 3", c.Trained, len(c.batch))
 	}

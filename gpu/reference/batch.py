@@ -32,6 +32,8 @@ class Trajectory:
     routing: torch.Tensor       # (T-1, L, k) long, or None
     reward: float
     temperature: float = 1.0    # the sampler's temperature: log-probs are of logits / temperature
+    has_logprobs: bool = True   # False: the file has no logprobs tensor (zeros stand in)
+    origin: str = ""            # the rollout and context it came from (the file's metadata), for errors
 
 
 # A batch stacked for the training forward over tokens[:-1]; position j predicts token j+1.
@@ -53,7 +55,7 @@ def load(batch_dir, n_layer, n_experts, top_k, need_routing):
         if "file" not in e:
             raise ValueError(f"{where}.file is missing")
         path = os.path.join(batch_dir, e["file"])
-        t, _ = safetensors_io.load(path)
+        t, file_meta = safetensors_io.load(path)
         for k in ("tokens", "loss_mask"):
             if k not in t:
                 raise ValueError(f"{path}: tensor {k} is missing")
@@ -71,8 +73,32 @@ def load(batch_dir, n_layer, n_experts, top_k, need_routing):
         reward = e.get("reward", 0.0)
         if not isinstance(reward, (int, float)):
             raise ValueError(f"{where}.reward must be a number")
-        out.append(Trajectory(path, tokens, mask, logp, routing, float(reward), temperature_of(e, where)))
+        out.append(Trajectory(path, tokens, mask, logp, routing, float(reward), temperature_of(e, where),
+                              has_logprobs="logprobs" in t, origin=origin_of(file_meta, e)))
     return meta, out
+
+
+def origin_of(file_meta, entry):
+    """Where a trajectory came from, as the Go side records it: rollout ID and
+    token context in the file's metadata, the task in meta.json."""
+    parts = [f"{k} {v}" for k, v in (("rollout", file_meta.get("rollout_id")), ("context", file_meta.get("context")),
+                                     ("task", entry.get("task_id"))) if v not in (None, "")]
+    return ", ".join(parts) or "no rollout recorded"
+
+
+def require_sampler_logprobs(trajs, why):
+    """Every loss token needs the sampler's own log-prob (TITO) for an
+    importance weight: a missing or non-finite one is an error naming the
+    trajectory, never a silent weight."""
+    for t in trajs:
+        if not t.has_logprobs:
+            bad = "has no logprobs tensor"
+        elif not torch.isfinite(t.logprobs[t.loss_mask]).all():
+            bad = "holds a non-finite sampler log-prob at a loss token"
+        else:
+            continue
+        raise ValueError(f"{t.name} ({t.origin}): {bad}; {why} needs the sampler's log-prob of every loss token "
+                         "(record them at rollout time, or set ppo.is_correction = \"none\")")
 
 
 def temperature_of(entry, where):

@@ -7,9 +7,12 @@ Conventions for one trajectory of T tokens:
   V_t is the critic's output at position t-1 (the state before emitting it);
   the scalar reward lands on the last loss token.
 """
+import math
 from dataclasses import asdict, dataclass
 
 import torch
+
+IS_CORRECTIONS = ("none", "tis", "mis")
 
 
 @dataclass
@@ -34,6 +37,15 @@ class Hyper:
     max_minibatch: int = 8        # trajectories per minibatch at most (memory)
     norm_adv: bool = False        # the critic is the only baseline
     epochs: int = 1               # for sft and critic_fit
+    # Off-policy correction from the sampler's own log-probs (TITO): per loss
+    # token, rho = pi_trainer_old / pi_sampler (the trainer's R3 forward at the
+    # step's start against what the engine reported). "tis": the token's PPO
+    # loss is multiplied by min(rho, is_cap); "mis": tokens with rho outside
+    # [1/is_cap, is_cap] are masked out of the loss, the rest weighted by rho;
+    # "none": today's loss. Both correct the sampler-trainer mismatch (kernels,
+    # precision, stale weights); see docs/training.md.
+    is_correction: str = "none"
+    is_cap: float = 2.0
 
     @classmethod
     def from_dict(cls, d, preset=None):
@@ -66,6 +78,11 @@ class Hyper:
         for k in ("actor_lr", "critic_lr", "vf_coef", "ent_coef"):
             if not getattr(self, k) >= 0:
                 raise ValueError(f"hyper.{k} = {getattr(self, k)} must be >= 0")
+        if self.is_correction not in IS_CORRECTIONS:
+            raise ValueError(f"hyper.is_correction = {self.is_correction!r} must be one of {', '.join(IS_CORRECTIONS)}")
+        if not (math.isfinite(self.is_cap) and self.is_cap >= 1):
+            raise ValueError(f"hyper.is_cap = {self.is_cap} must be a finite number >= 1 (TIS truncates the "
+                             "importance weight at it; MIS keeps tokens whose weight is within [1/is_cap, is_cap])")
 
 
 PRESETS = {
@@ -98,17 +115,57 @@ def explained_variance(y_pred, y_true):
     return float(1 - torch.var(y_true - y_pred, unbiased=False) / var_y)
 
 
-def policy_loss(new_logp, old_logp, adv, clip_coef):
-    """Clipped surrogate over loss tokens (1-D tensors). Returns loss and stats."""
+def policy_loss(new_logp, old_logp, adv, clip_coef, is_weight=None):
+    """Clipped surrogate over loss tokens (1-D tensors). is_weight (the same
+    shape, no gradient) multiplies each token's term: the off-policy
+    correction of is_weights; None leaves the loss as it was. Returns loss
+    and stats."""
     logratio = new_logp - old_logp
     ratio = logratio.exp()
     pg1 = -adv * ratio
     pg2 = -adv * ratio.clamp(1 - clip_coef, 1 + clip_coef)
-    loss = torch.max(pg1, pg2).mean()
+    if is_weight is None:
+        loss = torch.max(pg1, pg2).mean()
+    else:
+        loss = (torch.max(pg1, pg2) * is_weight).mean()
     with torch.no_grad():
         approx_kl = ((ratio - 1) - logratio).mean()
         clipfrac = ((ratio - 1.0).abs() > clip_coef).float().mean()
     return loss, {"approx_kl": float(approx_kl), "clipfrac": float(clipfrac)}
+
+
+def is_weights(old_logp, sampler_logp, mask, mode, cap):
+    """Per-token importance weights that correct for rollouts sampled by an
+    engine whose distribution differs from the trainer's (tensors (B, T);
+    mask: the loss tokens). rho = exp(old_logp - sampler_logp).
+      tis: w = min(rho, cap)
+      mis: w = rho where 1/cap <= rho <= cap, else 0 (the token is masked out)
+    Returns (w, stats), w None for mode "none"; stats over the loss tokens:
+    is_weight_mean and is_weight_max of the kept tokens' weights,
+    is_masked_share, and sampler_kl, the k3 estimate of KL(sampler || trainer)
+    (always: it measures the mismatch whether or not it is corrected)."""
+    with torch.no_grad():
+        logratio = old_logp - sampler_logp
+        lr = logratio[mask]
+        stats = {"sampler_kl": float((lr.exp() - 1 - lr).mean())}
+        if mode == "none":
+            return None, stats
+        rho = logratio.exp()
+        if mode == "tis":
+            w = rho.clamp(max=cap)
+            keep = mask
+        elif mode == "mis":
+            keep = mask & (rho >= 1 / cap) & (rho <= cap)
+            w = torch.where(keep, rho, torch.zeros_like(rho))
+        else:
+            raise ValueError(f"is_correction = {mode!r} must be one of {', '.join(IS_CORRECTIONS)}")
+        kept = w[keep]
+        stats.update({
+            "is_weight_mean": float(kept.mean()) if kept.numel() else 0.0,
+            "is_weight_max": float(kept.max()) if kept.numel() else 0.0,
+            "is_masked_share": 1.0 - float(keep.sum()) / max(int(mask.sum()), 1),
+        })
+        return w, stats
 
 
 def value_loss(values, returns):

@@ -334,6 +334,16 @@ class Trainer:
         return {"replayed": replayed, "gap_replay": (replayed - p.sampler_logp)[p.mask].abs(),
                 "gap_free": (free - p.sampler_logp)[p.mask].abs(), "flips": flips[p.mask]}
 
+    def _is_weights(self, trajs, p, old_logp, h):
+        """The off-policy correction's per-token weights (ppo.is_weights) from
+        the sampler's log-probs, which every trajectory must then hold."""
+        if h.is_correction != "none":
+            try:
+                B.require_sampler_logprobs(trajs, f"ppo.is_correction = {h.is_correction!r}")
+            except ValueError as e:
+                raise httpjson.HTTPError(400, str(e))
+        return ppo.is_weights(old_logp, p.sampler_logp, p.mask, h.is_correction, h.is_cap)
+
     def ppo_step(self, req):
         h = self._hyper(req)
         meta, trajs = self._load_batch(req, need_routing=True)
@@ -346,6 +356,7 @@ class Trainer:
         # how far the update has moved.
         gaps = self.logprob_gaps(p)
         old_logp = gaps["replayed"]
+        is_w, is_stats = self._is_weights(trajs, p, old_logp, h)
         with torch.no_grad():
             values = self._values(inputs)
         adv, ret = self._advantages(trajs, values, mask, h)
@@ -362,7 +373,7 @@ class Trainer:
                 if h.norm_adv and a.numel() > 1:
                     a = (a - a.mean()) / (a.std() + 1e-8)
                 new_logp, ent = self._logp(inputs[mb], targets[mb], None if routing is None else routing[mb], temp[mb])
-                pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef)
+                pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef, None if is_w is None else is_w[mb][m])
                 entropy = ent[m].mean()
                 v = self._values(inputs[mb])
                 vl = ppo.value_loss(v[m], ret[mb][m])
@@ -380,6 +391,7 @@ class Trainer:
                 step += 1
                 self._tick(step, total, policy_loss=float(pg), value_loss=float(vl))
         out = {k: sum(v) / len(v) for k, v in stats.items()}
+        out.update(is_stats)
         out.update({
             "explained_variance": ev,
             "logprob_gap_replay": float(gaps["gap_replay"].mean()), "logprob_gap_noreplay": float(gaps["gap_free"].mean()),

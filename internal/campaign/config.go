@@ -4,6 +4,7 @@ package campaign
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"regexp"
 	"strings"
@@ -70,6 +71,16 @@ type Config struct {
 		// (R3 routing missing): none starts later than this after the step's
 		// rollouts began; the still-aborted are then left out, counted.
 		StepDeadlineMinutes float64 `toml:"step_deadline_minutes" json:"step_deadline_minutes"`
+		// ISCorrection weighs each loss token by the trainer's over the
+		// sampler's probability of it (the sampler's own log-probs, TITO):
+		// "none" (the plain PPO loss), "tis" (truncated at ISCap) or "mis"
+		// (tokens outside [1/ISCap, ISCap] masked out). docs/campaigns.md.
+		// MaxStaleness K: a step trains rollouts sampled within K weight
+		// versions of the policy being trained; older ones are left out and
+		// counted stale (0: only the current version, on-policy).
+		MaxStaleness int     `toml:"max_staleness" json:"max_staleness,omitempty"`
+		ISCorrection string  `toml:"is_correction" json:"is_correction,omitempty"`
+		ISCap        float64 `toml:"is_cap" json:"is_cap,omitempty"`
 	} `toml:"ppo" json:"ppo"`
 	Eval struct {
 		Every       int  `toml:"every" json:"every"` // steps between evals; 0: only base, SFT and final
@@ -106,6 +117,8 @@ func defaults() Config {
 	c.PPO.MaxFailedShare = 0.25
 	c.PPO.ContinueAsNewEvery = 20
 	c.PPO.StepDeadlineMinutes = 120
+	c.PPO.ISCorrection = "none"
+	c.PPO.ISCap = 2
 	c.Eval.AtEnd = true
 	c.Eval.Base = true
 	c.Eval.Attempts = 1
@@ -211,6 +224,9 @@ func (ch *checker) check(c *Config) {
 		{"ppo.max_failed_share", c.PPO.MaxFailedShare < 0 || c.PPO.MaxFailedShare > 1, fmt.Sprintf("= %v must be between 0 and 1", c.PPO.MaxFailedShare)},
 		positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery),
 		{"ppo.step_deadline_minutes", !(c.PPO.StepDeadlineMinutes > 0), fmt.Sprintf("= %v must be > 0 (minutes in which a step retries aborted rollouts)", c.PPO.StepDeadlineMinutes)},
+		nonNegative("ppo.max_staleness", c.PPO.MaxStaleness),
+		{"ppo.is_correction", !validISCorrection(c.PPO.ISCorrection), fmt.Sprintf("= %q must be none, tis or mis", c.PPO.ISCorrection)},
+		{"ppo.is_cap", !(c.PPO.ISCap >= 1) || math.IsInf(c.PPO.ISCap, 0), fmt.Sprintf("= %v must be a number >= 1 (TIS truncates the importance weight at it; MIS keeps tokens whose weight is within [1/is_cap, is_cap])", c.PPO.ISCap)},
 		nonNegative("eval.every", c.Eval.Every),
 		positive("eval.attempts", c.Eval.Attempts),
 		positive("eval.turn_cap", c.Eval.TurnCap),
@@ -220,6 +236,18 @@ func (ch *checker) check(c *Config) {
 			ch.bad(r.field, "%s", r.msg)
 		}
 	}
+}
+
+func validISCorrection(s string) bool { return s == "none" || s == "tis" || s == "mis" }
+
+// PPOHyper is what a PPO step sends the trainer beyond the preset: the
+// off-policy correction when one is set (none sends nothing, so the trainer
+// runs its default loss).
+func (c *Config) PPOHyper() map[string]any {
+	if c.PPO.ISCorrection == "" || c.PPO.ISCorrection == "none" {
+		return nil
+	}
+	return map[string]any{"is_correction": c.PPO.ISCorrection, "is_cap": c.PPO.ISCap}
 }
 
 // Describe lists the fields at fault, one per line, indented under a heading.

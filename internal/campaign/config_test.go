@@ -89,3 +89,41 @@ func TestStepDeadline(t *testing.T) {
 		t.Fatalf("30: %v %v", c.PPO.StepDeadlineMinutes, err)
 	}
 }
+
+// The off-policy correction: off by default (the trainer gets no hyper and
+// runs its plain loss), a known mode and a cap >= 1 sent when on.
+func TestISCorrection(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	c, err := Parse("c.toml", base)
+	if err != nil || c.PPO.ISCorrection != "none" || c.PPOHyper() != nil {
+		t.Fatalf("default: %q %v %v", c.PPO.ISCorrection, c.PPOHyper(), err)
+	}
+	c, err = Parse("c.toml", base+"[ppo]\nis_correction = \"tis\"\nis_cap = 1.5\n")
+	if h := c.PPOHyper(); err != nil || h["is_correction"] != "tis" || h["is_cap"] != 1.5 {
+		t.Fatalf("tis: %v %v", h, err)
+	}
+	c, err = Parse("c.toml", base+"[ppo]\nis_correction = \"mis\"\n")
+	if h := c.PPOHyper(); err != nil || h["is_correction"] != "mis" || h["is_cap"] != 2.0 {
+		t.Fatalf("mis, default cap: %v %v", h, err)
+	}
+	_, err = Parse("c.toml", base+"[ppo]\nis_correction = \"IS\"\nis_cap = 0.5\n")
+	for _, want := range []string{`c.toml: ppo.is_correction = "IS" must be none, tis or mis`, "c.toml: ppo.is_cap = 0.5 must be a number >= 1"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+}
+
+// max_staleness: 0 (on-policy) by default, never negative.
+func TestMaxStaleness(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	if c, err := Parse("c.toml", base); err != nil || c.PPO.MaxStaleness != 0 {
+		t.Fatalf("default: %d %v", c.PPO.MaxStaleness, err)
+	}
+	if c, err := Parse("c.toml", base+"[ppo]\nmax_staleness = 1\n"); err != nil || c.PPO.MaxStaleness != 1 {
+		t.Fatalf("1: %d %v", c.PPO.MaxStaleness, err)
+	}
+	if _, err := Parse("c.toml", base+"[ppo]\nmax_staleness = -1\n"); err == nil || !strings.Contains(err.Error(), "c.toml: ppo.max_staleness = -1 must be >= 0") {
+		t.Fatalf("-1: %v", err)
+	}
+}

@@ -30,8 +30,8 @@ def spy_policy_loss(monkeypatch):
     """Record the (approx_kl, clipfrac, max |ratio - 1|) of every minibatch."""
     seen, real = [], ppo.policy_loss
 
-    def spy(new, old, adv, clip):
-        loss, s = real(new, old, adv, clip)
+    def spy(new, old, adv, clip, is_weight=None):
+        loss, s = real(new, old, adv, clip, is_weight)
         seen.append((s["approx_kl"], s["clipfrac"], float((new - old).detach().exp().sub(1).abs().max())))
         return loss, s
     monkeypatch.setattr(ppo, "policy_loss", spy)
