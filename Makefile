@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps docker temporal base-image python hfenv harborenv smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale lint
+.PHONY: all build deps disk docker temporal base-image python hfenv harborenv smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale lint
 
 all: build
 
@@ -19,7 +19,11 @@ build:
 # Everything the tests and the demo need: a Docker daemon, the pinned
 # Temporal CLI, the sandbox base image (built offline, cached by recipe), and
 # PyTorch for the reference trainer and inference server.
-deps: docker temporal base-image python s3server
+deps: disk docker temporal base-image python s3server
+
+# Stops early, naming the path, when the disk is nearly full (scripts/check-disk.sh).
+disk:
+	@scripts/check-disk.sh
 
 # A real S3-compatible server for the store's tests (loopback only).
 s3server:
@@ -75,7 +79,7 @@ smollm: deps hfenv smollm2 dev
 
 # Unit tests, then integration tests against the real dev server, Docker and
 # the reference trainer and inference processes.
-test: deps hfenv harborenv smollm2
+test: disk deps hfenv harborenv smollm2
 	go vet ./...
 	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
 	cd gpu/hf && T1FLOW_SMOLLM2=$(abspath $(SMOLLM2)) HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) -m pytest -q -p no:cacheprovider tests
