@@ -29,6 +29,7 @@ class Config:
     n_experts: int = 8
     top_k: int = 2
     value_head: bool = False   # the critic: a full copy with a scalar head
+    value_pool: bool = False   # the head also reads the mean hidden state of the response so far (Transformer.value_features)
 
     @classmethod
     def from_dict(cls, d):
@@ -162,11 +163,28 @@ class Transformer(nn.Module):
         self.wpe = nn.Embedding(cfg.block_size, cfg.d_model)
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)])
         self.ln_f = nn.LayerNorm(cfg.d_model)
-        self.head = nn.Linear(cfg.d_model, 1 if cfg.value_head else cfg.vocab_size, bias=cfg.value_head)
+        width = 2 * cfg.d_model if cfg.value_head and cfg.value_pool else cfg.d_model
+        self.head = nn.Linear(width, 1 if cfg.value_head else cfg.vocab_size, bias=cfg.value_head)
 
     def forward(self, ids, routing=None, caches=None, start=0, jitter=0.0):
         """ids (B, T); routing (B, T, L, k) to replay, or None to select.
         Returns logits (B, T, V) or values (B, T), and routing (B, T, L, k)."""
+        h, used = self.hidden(ids, routing, caches, start, jitter)
+        if self.cfg.value_head and self.cfg.value_pool:
+            h = pool_response(ids, h)
+        out = self.head(h)
+        if self.cfg.value_head:
+            out = out.squeeze(-1)
+        return out, used
+
+    def value_features(self, ids):
+        """What the value head reads at each position (B, T, width): the
+        final hidden state, and with value_pool beside it the response's mean."""
+        h, _ = self.hidden(ids)
+        return pool_response(ids, h) if self.cfg.value_pool else h
+
+    def hidden(self, ids, routing=None, caches=None, start=0, jitter=0.0):
+        """The final hidden states (after ln_f) and the routing used."""
         B, T = ids.shape
         if start + T > self.cfg.block_size:
             raise ValueError(f"sequence of {start + T} tokens exceeds block_size {self.cfg.block_size}")
@@ -177,10 +195,24 @@ class Transformer(nn.Module):
             rep = None if routing is None else routing[:, :, i, :]
             x, idx = blk(x, rep, None if caches is None else caches[i], jitter)
             used.append(idx)
-        out = self.head(self.ln_f(x))
-        if self.cfg.value_head:
-            out = out.squeeze(-1)
-        return out, torch.stack(used, dim=2)
+        return self.ln_f(x), torch.stack(used, dim=2)
+
+
+ASSISTANT = 256 + SPECIAL_TOKENS.index("<|assistant|>")
+
+
+def pool_response(ids, h):
+    """[h_t, mean of h over the response up to t] (B, T, 2C): the response
+    starts at the first <|assistant|> (position 0 in a row without one). A
+    language model's state at t serves the next token, and once the answer's
+    deciding token (the word) is behind it nothing ahead depends on it, so
+    the state at t forgets it: a linear head on h_t alone explained 0.16 of
+    the return's variance on write-hello rollouts even in sample, on h_t and
+    the response mean 0.5 held out (docs/learning.md)."""
+    started = (ids == ASSISTANT).cumsum(1) > 0
+    started = (started | ~started.any(1, keepdim=True)).unsqueeze(-1).to(h.dtype)
+    mean = (h * started).cumsum(1) / started.cumsum(1).clamp(min=1)
+    return torch.cat([h, mean], dim=-1)
 
 
 def save_checkpoint(model, directory, name="model", extra_meta=None):

@@ -73,6 +73,7 @@ class Trainer:
             return c
         cfg = copy.deepcopy(self.actor.cfg)
         cfg.value_head = True
+        cfg.value_pool = True   # the head reads the response so far too (model.pool_response)
         critic = M.Transformer(cfg).to(self.device)
         body = {k: v for k, v in self.actor.state_dict().items() if not k.startswith("head.")}
         critic.load_state_dict(body, strict=False)
@@ -316,11 +317,40 @@ class Trainer:
             self.critic_opt.step()
             return float(loss), 0
         losses, _ = self._epochs("critic_fit", req, h, self.critic, self.critic_opt, len(trajs), train, "value_loss")
+        self._solve_value_head(inputs, mask, ret)
         with torch.no_grad():
             v1 = self._values(inputs)
         ev_after = ppo.explained_variance(v1[mask], ret[mask])
         return {"value_loss": losses[-1], "explained_variance_before": ev_before, "explained_variance": ev_after,
                 "trajectories": len(trajs), "tokens": int(mask.sum())}
+
+    RIDGE = 3e-4   # per fitted value: the least-squares head's ridge (docs/learning.md)
+
+    def _solve_value_head(self, inputs, mask, ret):
+        """Set the value head to the ridge least-squares fit of the batch's
+        returns on the features it reads, after the gradient steps (critic_fit's
+        epochs, a PPO step's updates) have moved the body. A fresh head's
+        random outputs (std about 0.5 against returns of std 0.27 on
+        write-hello) are noise that 20 Adam steps at 1e-3 do not even cancel
+        (EV in sample -4.2 after 5 epochs of the head alone, -0.16 after 30),
+        and 4 Adam steps at the small preset's 1e-3 undo a solved head (held
+        out 0.54 to -0.66); the solve is exact for the head and costs one
+        forward. It runs after the last epoch, so a retry resumed from a saved
+        epoch ends the same. Backends whose critic has no value_features
+        (gpu/hf) skip it."""
+        feats = getattr(self.critic, "value_features", None)
+        if feats is None:
+            return
+        with torch.no_grad():
+            x = feats(inputs)[mask].double()
+            x = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1)
+            y = ret[mask].double()
+            reg = self.RIDGE * x.shape[0] * torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
+            reg[-1, -1] = 0   # the bias is not shrunk
+            w = torch.linalg.solve(x.T @ x + reg, x.T @ y)
+            head = self.critic.head
+            head.weight.copy_(w[:-1].view_as(head.weight).to(head.weight.dtype))
+            head.bias.copy_(w[-1:].to(head.bias.dtype))
 
     def logprob_gaps(self, p):
         """The train-inference gap on a padded batch: |trainer - sampler| log-prob
@@ -390,6 +420,7 @@ class Trainer:
                     stats[k].append(val)
                 step += 1
                 self._tick(step, total, policy_loss=float(pg), value_loss=float(vl))
+        self._solve_value_head(inputs, mask, ret)   # for the next step's batch: the returns this one saw
         out = {k: sum(v) / len(v) for k, v in stats.items()}
         out.update(is_stats)
         out.update({

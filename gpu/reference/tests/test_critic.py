@@ -22,36 +22,38 @@ TAIL = " >/app/o and that is all, done."
 WORDS = {"hello": 1.0, "world": 2 / 7}
 
 
-def trajectory(g, word):
+def trajectory(g, word, answer_of=lambda w: w + TAIL):
     """A prompt with a random reference code (so no two prompts are equal),
     then the answer as loss tokens."""
     code = "".join(REF[int(i)] for i in torch.randint(len(REF), (24,), generator=g))
     prompt = (tok.encode("<|im_start|><|user|>") + tok.encode(f"Write a word to /app/o. Ref: {code}", allow_special=False)
               + tok.encode("<|im_end|><|im_start|><|assistant|>"))
-    answer = tok.encode(word + TAIL, allow_special=False) + [tok.im_end]
+    answer = tok.encode(answer_of(word), allow_special=False) + [tok.im_end]
     ids = prompt + answer
     return {"tokens": torch.tensor(ids, dtype=torch.int32),
             "loss_mask": torch.tensor([0] * len(prompt) + [1] * len(answer), dtype=torch.uint8),
             "logprobs": torch.zeros(len(ids))}
 
 
-def batch(tmp_path, name, n, seed, p_hello=0.6):
+def batch(tmp_path, name, n, seed, p_hello=0.6, answer_of=lambda w: w + TAIL):
     g = torch.Generator().manual_seed(seed)
     words = ["hello" if float(torch.rand(1, generator=g)) < p_hello else "world" for _ in range(n)]
     words[0], words[1] = "hello", "world"   # both returns in every batch
-    trajs = [trajectory(g, w) for w in words]
+    trajs = [trajectory(g, w, answer_of) for w in words]
     return write_batch(tmp_path / name, trajs, [WORDS[w] for w in words], temperature=None)
 
 
-def sft_then_fit(tmp_path):
+def sft_then_fit(tmp_path, answer_of=lambda w: w + TAIL, fit_epochs=10):
     torch.manual_seed(0)
     tr = make_trainer(tmp_path / "w", seed=0)
-    sft = batch(tmp_path, "sft", 16, 1, p_hello=0.5)
+    sft = batch(tmp_path, "sft", 16, 1, p_hello=0.5, answer_of=answer_of)
     tr._run("sft", {"key": "sft", "batch_dir": sft, "preset": "small",
                     "hyper": {"epochs": 4, "minibatches": 8, "actor_lr": 1e-3}}, tr.sft)
-    fit = {"preset": "small", "hyper": {"epochs": 10}}
-    first = tr._run("critic_fit", {"key": "critic/1", "batch_dir": batch(tmp_path, "a", 16, 2), **fit}, tr.critic_fit)
-    held = tr._run("critic_fit", {"key": "critic/2", "batch_dir": batch(tmp_path, "b", 16, 3), **fit}, tr.critic_fit)
+    fit = {"preset": "small", "hyper": {"epochs": fit_epochs}}
+    first = tr._run("critic_fit", {"key": "critic/1", "batch_dir": batch(tmp_path, "a", 16, 2, answer_of=answer_of), **fit},
+                    tr.critic_fit)
+    held = tr._run("critic_fit", {"key": "critic/2", "batch_dir": batch(tmp_path, "b", 16, 3, answer_of=answer_of), **fit},
+                   tr.critic_fit)
     return tr, first, held
 
 
@@ -60,3 +62,23 @@ def test_fitted_critic_explains_the_return_on_held_out_trajectories(tmp_path):
     ev = held["explained_variance_before"]
     print(f"cold EV {first['explained_variance_before']:.3f}, fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
     assert ev >= 0.9, f"held-out explained variance {ev:.3f} < 0.9 (cold {first['explained_variance_before']:.3f}, in sample {first['explained_variance']:.3f})"
+
+
+def action(word):
+    """The write-hello family's answer (docs/learning.md): the word comes 33 tokens in."""
+    return '{"commands":[{"keystrokes":"echo %s >/app/o\\n","duration":1}],"task_complete":true}' % word
+
+
+def test_critic_explains_a_return_decided_mid_answer_in_the_demos_fit(tmp_path):
+    """The demo's case: the word is decided 33 tokens into an 87-token answer,
+    and every token after it is the same for both words, so a language
+    model's state there no longer holds the word. The critic must still
+    explain the return on held-out trajectories after the demo's own fit
+    (learn.toml's fit_epochs = 5). The ceiling is about 0.6: the 34 values up
+    to the word's first letter cannot know it. Before the value head read the
+    response's mean and was solved by least squares, held-out EV here was
+    0.04 (in sample 0.13); with both, 0.44 (docs/learning.md)."""
+    tr, first, held = sft_then_fit(tmp_path, action, fit_epochs=5)
+    ev = held["explained_variance_before"]
+    print(f"cold EV {first['explained_variance_before']:.3f}, fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
+    assert ev >= 0.4, f"held-out explained variance {ev:.3f} < 0.4 (in sample {first['explained_variance']:.3f})"
