@@ -160,4 +160,3 @@ func TestPruneCheckpointsSparesPinnedAndFinishesACutShortDeletion(t *testing.T) 
 		t.Fatalf("a store that cannot delete: %v, want a bad-input error naming checkpoints.keep_last", err)
 	}
 }
-
