@@ -48,6 +48,7 @@ type Activities struct {
 	// queue is ids.TrainerQueue(Name), where the campaigns pinned to it call
 	// (pin.go). Empty: the worker serves the shared queue only.
 	Name string
+	held held // local checkpoint copies in use (retention.go)
 }
 
 // TrainerSFT runs supervised fine-tuning on masked trajectories.
@@ -197,6 +198,7 @@ func (a *Activities) TrainerSave(ctx context.Context, in SaveInput) (Checkpoint,
 		return Checkpoint{}, errs.BadInputf("save: name is required")
 	}
 	dir := filepath.Join(a.WorkDir, "checkpoints", ids.Clean(in.Name))
+	a.dropStaleSaves(dir)
 	stop := a.alive(ctx, "trainer saving")
 	m, err := a.Trainer.Save(ctx, dir)
 	stop()
@@ -227,12 +229,19 @@ func (a *Activities) TrainerSave(ctx context.Context, in SaveInput) (Checkpoint,
 	if err := putCheckpointRecord(ctx, a.Store, ck); err != nil {
 		return Checkpoint{}, errs.Infraf("%v", err)
 	}
+	// Only now, with the store's copy complete, does the local one leave
+	// checkpoints/: to fetched/, where the load that follows finds it.
+	a.keepSaved(dir, in.Name)
 	return ck, nil
 }
 
-// fetchCheckpoint downloads a checkpoint into a local directory (checked).
+// fetchCheckpoint downloads a checkpoint into a local directory (checked);
+// a local copy that matches every file's sha256 is used as it is.
 func (a *Activities) fetchCheckpoint(ctx context.Context, ck Checkpoint) (string, error) {
-	dir := filepath.Join(a.WorkDir, "checkpoints", "fetched", ids.Clean(ck.Name))
+	dir := a.fetchedDir(ck.Name)
+	if haveLocal(dir, ck) {
+		return dir, nil
+	}
 	tmp := dir + ".tmp"
 	os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
@@ -258,6 +267,7 @@ func (a *Activities) fetchCheckpoint(ctx context.Context, ck Checkpoint) (string
 
 // TrainerLoad replaces the trainer's weights with a stored checkpoint.
 func (a *Activities) TrainerLoad(ctx context.Context, ck Checkpoint) (Health, error) {
+	defer a.hold(a.fetchedDir(ck.Name))()
 	dir, err := a.fetchCheckpoint(ctx, ck)
 	if err != nil {
 		return Health{}, err
@@ -268,5 +278,6 @@ func (a *Activities) TrainerLoad(ctx context.Context, ck Checkpoint) (Health, er
 	if err != nil {
 		return h, classify(err)
 	}
+	a.pruneFetched(dir)
 	return h, nil
 }

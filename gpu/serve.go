@@ -58,6 +58,8 @@ func (a *Activities) httpClient() *http.Client {
 // InferenceLoadAll loads a stored checkpoint into every named server and
 // returns the weight version they all serve now.
 func (a *Activities) InferenceLoadAll(ctx context.Context, in LoadInput) (string, error) {
+	base := a.fetchedDir(in.Checkpoint.Name)
+	defer a.hold(base)()
 	dir, err := a.servingCheckpoint(ctx, in.Checkpoint)
 	if err != nil {
 		return "", err
@@ -74,6 +76,7 @@ func (a *Activities) InferenceLoadAll(ctx context.Context, in LoadInput) (string
 			activity.RecordHeartbeat(ctx, u)
 		}
 	}
+	a.pruneFetched(base)
 	return in.Checkpoint.WeightVersion, nil
 }
 
@@ -81,6 +84,8 @@ func (a *Activities) InferenceLoadAll(ctx context.Context, in LoadInput) (string
 // returns the weight version it now serves. (Recorded histories call it;
 // new workflow code calls InferenceLoadAll.)
 func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, error) {
+	base := a.fetchedDir(ck.Name)
+	defer a.hold(base)()
 	dir, err := a.servingCheckpoint(ctx, ck)
 	if err != nil {
 		return "", err
@@ -88,6 +93,7 @@ func (a *Activities) InferenceLoad(ctx context.Context, ck Checkpoint) (string, 
 	if err := a.loadVerified(ctx, a.localEngine(), dir, ck.WeightVersion); err != nil {
 		return "", err
 	}
+	a.pruneFetched(base)
 	return ck.WeightVersion, nil
 }
 

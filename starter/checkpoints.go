@@ -98,6 +98,10 @@ func resolveCheckpointOn(ctx context.Context, c client.Client, st store.Store, r
 	if err != nil {
 		return ck, nil, fmt.Errorf("--checkpoint %q: %w", ref, err)
 	}
+	// Whatever named it uses it: its campaign's retention (checkpoints.keep_last) keeps it.
+	if err := gpu.PinCheckpoint(ctx, st, ck.Name, "starter: "+ref); err != nil {
+		return ck, nil, err
+	}
 	return ck, trainer, nil
 }
 

@@ -91,6 +91,8 @@ type ReportNumbers struct {
 	// Per step: samples started again after an R3 abort, and the most retries one took.
 	Retried    []int `json:"retried"`
 	RetriesMax []int `json:"retries_max"`
+	// Retention is what checkpoints.keep_last deleted from the store (nil: nothing).
+	Retention *workflows.Retention `json:"checkpoint_retention,omitempty"`
 }
 
 func metric(m map[string]any, k string) float64 {
@@ -102,7 +104,7 @@ func metric(m map[string]any, k string) float64 {
 
 func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV, WarmupGate: rep.State.WarmupGate,
-		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}}
+		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}, Retention: rep.State.Retention}
 	for _, s := range rep.State.Steps {
 		n.Steps = append(n.Steps, s.Step)
 		n.Reward = append(n.Reward, s.RewardMean)
@@ -147,6 +149,10 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	}
 	if retried > 0 {
 		fmt.Fprintf(&b, "<p>%d samples were started again after an R3 abort (routing missing); at most %d retries for one sample.</p>", retried, most)
+	}
+	if r := n.Retention; r != nil {
+		fmt.Fprintf(&b, "<p>Checkpoint retention (checkpoints.keep_last = %d): %d step checkpoints deleted from the store (%.2f GB freed), %d kept as pinned.</p>",
+			rep.Config.Checkpoints.KeepLast, len(r.Deleted), float64(r.BytesFreed)/1e9, len(r.Pinned))
 	}
 	steps := stepTicks(n.Steps)
 	b.WriteString(chart{Title: "mean reward and resolved rate per PPO step (its own rollouts)", XLabel: "PPO step", YLabel: "rate (0-1)",

@@ -69,3 +69,19 @@ func TestReportRendersPlotsAndNumbers(t *testing.T) {
 		t.Fatalf("html:\n%s", h)
 	}
 }
+
+func TestReportCountsCheckpointRetention(t *testing.T) {
+	rep := workflows.CampaignReportData{}
+	rep.Config.Name, rep.Config.Checkpoints.KeepLast = "demo", 2
+	if h := renderHTML(rep, reportNumbers(rep)); strings.Contains(h, "retention") {
+		t.Fatal("the report mentions a retention that deleted nothing")
+	}
+	rep.State.Retention = &workflows.Retention{Deleted: []string{"demo/e/step-0001", "demo/e/step-0002"}, Pinned: []string{"demo/e/step-0003"}, BytesFreed: 2_150_000_000}
+	n := reportNumbers(rep)
+	if n.Retention == nil || len(n.Retention.Deleted) != 2 {
+		t.Fatalf("numbers: retention %+v", n.Retention)
+	}
+	if h := renderHTML(rep, n); !strings.Contains(h, "checkpoints.keep_last = 2): 2 step checkpoints deleted from the store (2.15 GB freed), 1 kept as pinned") {
+		t.Fatalf("html does not count the deletions:\n%s", h)
+	}
+}

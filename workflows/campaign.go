@@ -65,6 +65,8 @@ type CampaignState struct {
 	// Trainer is the trainer the campaign is pinned to (trainer_pin.go);
 	// nil: the shared GPU queue.
 	Trainer *gpu.TrainerRef `json:"trainer,omitempty"`
+	// Retention is what checkpoints.keep_last deleted (retention.go).
+	Retention *Retention `json:"retention,omitempty"`
 }
 
 // CampaignInput is the config and, after continue-as-new, the state.

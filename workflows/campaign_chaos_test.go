@@ -161,8 +161,10 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) 
 	// The trainer saved the checkpoint; inference does not serve it yet.
 	saved := func(label string) func() bool {
 		return func() bool {
+			// Stored, a save moves to fetched/ for the load (gpu/retention.go).
 			m, _ := filepath.Glob(filepath.Join(gpuDir, "checkpoints", "*"+label+"*", "manifest.json"))
-			return len(m) > 0 && !strings.Contains(readFile(filepath.Join(gpuDir, "inference.served.json")), label)
+			f, _ := filepath.Glob(filepath.Join(gpuDir, "checkpoints", "fetched", "*"+label+"*", "manifest.json"))
+			return len(m)+len(f) > 0 && !strings.Contains(readFile(filepath.Join(gpuDir, "inference.served.json")), label)
 		}
 	}
 	inFlight := func(what string, rollouts bool) func() bool {

@@ -2,7 +2,9 @@ package workflows_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +12,8 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
@@ -51,6 +55,7 @@ func TestCampaignResumeAfterCancel(t *testing.T) {
 	name := fmt.Sprintf("rs%d", time.Now().UnixNano()%1e9)
 	cfg := smallCampaign(t, name)
 	cfg.SFT.Enabled, cfg.Eval.Base, cfg.Eval.AtEnd, cfg.PPO.Steps = false, false, false, 3
+	cfg.Checkpoints.KeepLast = 1 // the resumes must still find what they reload
 	run := startCampaign(t, r.c, cfg)
 	s := r.awaitStatus(t, name, 15*time.Minute, "PPO step 2 in flight", func(s workflows.CampaignStatus) bool { return s.Step == 1 && s.InFlight == "ppo step 2" })
 	opsLog := filepath.Join(home, "gpu", "trainer", "ops.log")
@@ -114,6 +119,7 @@ func TestCampaignResumeAfterCancel(t *testing.T) {
 			t.Errorf("%s committed %d times:\n%s", ppoKey(step), n, log)
 		}
 	}
+	checkRetention(t, r.st, home, fin, name+"/"+s.Epoch+"/")
 	commits := map[string]int{}
 	for _, l := range strings.Split(log, "\n") {
 		if f := strings.Fields(l); len(f) >= 4 && f[1] == "commit" {
@@ -121,5 +127,37 @@ func TestCampaignResumeAfterCancel(t *testing.T) {
 				t.Errorf("key %s committed twice:\n%s", f[3], log)
 			}
 		}
+	}
+}
+
+// checkRetention: with checkpoints.keep_last = 1 the store keeps init,
+// warmup and the final step-0003 and lost steps 1 and 2 (each reloaded by a
+// resume while it was the newest); the trainer's host keeps no save
+// directory and only the final checkpoint's fetched copies.
+func checkRetention(t *testing.T, st store.Store, home string, fin workflows.CampaignState, prefix string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, label := range []string{"init", "warmup", "step-0003"} {
+		if _, err := gpu.FindCheckpoint(ctx, st, prefix+label); err != nil {
+			t.Errorf("checkpoint %s%s was deleted: %v", prefix, label, err)
+		}
+	}
+	for _, label := range []string{"step-0001", "step-0002"} {
+		if _, err := gpu.FindCheckpoint(ctx, st, prefix+label); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("checkpoint %s%s past keep_last = 1 is still in the store: %v", prefix, label, err)
+		}
+	}
+	if r := fin.Retention; r == nil || len(r.Deleted) != 2 || r.BytesFreed <= 0 {
+		t.Errorf("the campaign's retention record %+v, want steps 1 and 2 deleted with their bytes", r)
+	}
+	root := filepath.Join(home, "gpu", "checkpoints")
+	ents, _ := os.ReadDir(root)
+	fetched, _ := os.ReadDir(filepath.Join(root, "fetched"))
+	var names []string
+	for _, e := range append(ents, fetched...) {
+		names = append(names, e.Name())
+	}
+	if len(ents) != 1 || len(fetched) > 2 {
+		t.Errorf("the trainer's host keeps %v under gpu/checkpoints: want fetched/ with the final checkpoint (and its serving dir) only", names)
 	}
 }

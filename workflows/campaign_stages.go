@@ -236,6 +236,9 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	if workflow.GetVersion(ctx, "tensorboard-events", workflow.DefaultVersion, 1) == 1 {
 		c.storeEvents(ctx, res)
 	}
+	if c.cfg.Checkpoints.KeepLast > 0 && workflow.GetVersion(ctx, "checkpoint-retention", workflow.DefaultVersion, 1) == 1 {
+		c.retain(ctx)
+	}
 	return nil
 }
 

@@ -90,6 +90,14 @@ type Config struct {
 		TurnCap     int  `toml:"turn_cap" json:"turn_cap"`
 		Concurrency int  `toml:"concurrency" json:"concurrency"`
 	} `toml:"eval" json:"eval"`
+	// Checkpoints is the retention of PPO step checkpoints in the store
+	// (docs/campaigns.md, "Checkpoints and disk").
+	Checkpoints struct {
+		// KeepLast > 0 keeps the newest KeepLast step checkpoints and deletes
+		// older ones, except the named (init, sft, warmup), the final step's,
+		// those an eval recorded and those pinned; 0 keeps every one.
+		KeepLast int `toml:"keep_last" json:"keep_last,omitempty"`
+	} `toml:"checkpoints" json:"checkpoints,omitzero"`
 }
 
 // Defaults fills what a config leaves out.
@@ -231,6 +239,7 @@ func (ch *checker) check(c *Config) {
 		positive("eval.attempts", c.Eval.Attempts),
 		positive("eval.turn_cap", c.Eval.TurnCap),
 		positive("eval.concurrency", c.Eval.Concurrency),
+		{"checkpoints.keep_last", c.Checkpoints.KeepLast < 0, fmt.Sprintf("= %d must be >= 0 (0 keeps every step checkpoint; N keeps the newest N)", c.Checkpoints.KeepLast)},
 	} {
 		if r.wrong {
 			ch.bad(r.field, "%s", r.msg)

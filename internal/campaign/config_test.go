@@ -127,3 +127,18 @@ func TestMaxStaleness(t *testing.T) {
 		t.Fatalf("-1: %v", err)
 	}
 }
+
+func TestCheckpointRetentionSetting(t *testing.T) {
+	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n")
+	if err != nil || c.Checkpoints.KeepLast != 0 {
+		t.Fatalf("default keep_last %d (want 0: keep every step checkpoint), %v", c.Checkpoints.KeepLast, err)
+	}
+	c, err = Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[checkpoints]\nkeep_last = 2\n")
+	if err != nil || c.Checkpoints.KeepLast != 2 {
+		t.Fatalf("keep_last %d, %v", c.Checkpoints.KeepLast, err)
+	}
+	_, err = Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[checkpoints]\nkeep_last = -1\n")
+	if want := "c.toml: checkpoints.keep_last = -1 must be >= 0"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error does not name %q: %v", want, err)
+	}
+}

@@ -172,6 +172,15 @@ func (s *S3) Lookup(ctx context.Context, key string) (Ref, error) {
 	return Ref{URI: s.uri(k), SHA256: sum, Bytes: aws.ToInt64(out.ContentLength)}, nil
 }
 
+// Delete removes the object at key (S3 answers a missing key with success).
+func (s *S3) Delete(ctx context.Context, key string) error {
+	_, err := s.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(s.cfg.Bucket), Key: aws.String(s.key(key))})
+	if err != nil && !isNotFound(err) {
+		return fmt.Errorf("delete %s: %w", s.uri(s.key(key)), err)
+	}
+	return nil
+}
+
 func isNotFound(err error) bool {
 	var ae smithy.APIError
 	if errors.As(err, &ae) {

@@ -58,6 +58,14 @@ func TestS3RoundTripSmallAndMultipart(t *testing.T) {
 	if _, err := s.Lookup(ctx, "x/missing"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("missing key: %v", err)
 	}
+	for i := 0; i < 2; i++ { // the second deletes nothing, and is no error
+		if err := s.Delete(ctx, "x/big.bin"); err != nil {
+			t.Fatalf("delete %d: %v", i, err)
+		}
+	}
+	if _, err := s.Lookup(ctx, "x/big.bin"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("deleted key still found: %v", err)
+	}
 }
 
 func TestS3CorruptionDetected(t *testing.T) {

@@ -45,6 +45,13 @@ type Store interface {
 	Lookup(ctx context.Context, key string) (Ref, error)
 }
 
+// Deleter is a Store that removes objects (both stores t1flow ships are).
+// Delete of a key that is not there is no error, so a retried deletion
+// finishes what a crash cut short.
+type Deleter interface {
+	Delete(ctx context.Context, key string) error
+}
+
 // Local is a Store in a directory.
 type Local struct{ Root string }
 
@@ -141,6 +148,25 @@ func (l *Local) Lookup(ctx context.Context, key string) (Ref, error) {
 		return Ref{}, fmt.Errorf("%s.ref: %w", p, err)
 	}
 	return ref, nil
+}
+
+// Delete removes key and its sidecar; the emptied directories above it go too.
+func (l *Local) Delete(ctx context.Context, key string) error {
+	p, err := l.path(key)
+	if err != nil {
+		return err
+	}
+	for _, f := range []string{p, p + ".ref"} {
+		if err := os.Remove(f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("delete artifact %s: %w", key, err)
+		}
+	}
+	for d := filepath.Dir(p); d != l.Root && strings.HasPrefix(d, l.Root); d = filepath.Dir(d) {
+		if os.Remove(d) != nil { // not empty (or gone): stop
+			break
+		}
+	}
+	return nil
 }
 
 // Verify checks bytes against a Ref.

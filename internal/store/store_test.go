@@ -84,3 +84,34 @@ func TestInterruptedWriteNeverVisible(t *testing.T) {
 		t.Fatal("want keys outside the root refused")
 	}
 }
+
+func TestLocalDelete(t *testing.T) {
+	ctx := context.Background()
+	s, err := NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "c/k/a.bin", strings.NewReader("a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Put(ctx, "c/other.bin", strings.NewReader("o")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // a retried deletion is no error
+		if err := s.Delete(ctx, "c/k/a.bin"); err != nil {
+			t.Fatalf("delete %d: %v", i, err)
+		}
+	}
+	if _, err := s.Lookup(ctx, "c/k/a.bin"); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("deleted key still found: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Root, "c", "k")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("emptied directory left behind: %v", err)
+	}
+	if _, err := s.Lookup(ctx, "c/other.bin"); err != nil {
+		t.Fatalf("a neighbour was deleted: %v", err)
+	}
+	if err := s.Delete(ctx, "../x"); err == nil {
+		t.Fatal("a key outside the store was accepted")
+	}
+}

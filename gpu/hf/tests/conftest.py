@@ -13,6 +13,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import pytest  # noqa: E402
 import torch  # noqa: E402
+from tmpclean import pytest_sessionfinish  # noqa: E402,F401  (gpu/reference: a passing run leaves no tmp_path behind)
 
 # Tiny models: one thread is as fast, and much faster on a shared, loaded CPU.
 torch.set_num_threads(int(os.environ.get("T1FLOW_TEST_THREADS", "1")))
