@@ -13,12 +13,19 @@ import (
 	"github.com/t1flow/t1flow/internal/store"
 )
 
-// Home is the local state directory: $T1FLOW_HOME, else ./.t1flow.
+// Home is the local state directory, $T1FLOW_HOME, else ./.t1flow, as an
+// absolute path: it is handed to child processes (trainers, engines, the
+// sidecar) that run in other directories, where a relative one would name
+// another place.
 func Home() string {
-	if h := os.Getenv("T1FLOW_HOME"); h != "" {
-		return h
+	h := os.Getenv("T1FLOW_HOME")
+	if h == "" {
+		h = ".t1flow"
 	}
-	return ".t1flow"
+	if abs, err := filepath.Abs(h); err == nil {
+		return abs
+	}
+	return h // no working directory to resolve it against
 }
 
 // StoreDir is the local artifact store: $T1FLOW_STORE, else <home>/store.
