@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -30,18 +31,6 @@ func entries(t *testing.T, dir string) []string {
 	return out
 }
 
-func same(a, b []string) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
-
 // On the real reference trainer and server: a save leaves no copy under
 // checkpoints/ once stored, the load after it uses the saved files instead
 // of a download, and after each load only what is loaded or served stays.
@@ -60,7 +49,7 @@ func TestLocalCheckpointCopiesAreBounded(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := entries(t, root); !same(got, []string{"fetched"}) {
+	if got := entries(t, root); !slices.Equal(got, []string{"fetched"}) {
 		t.Fatalf("after a stored save checkpoints/ holds %v, want only fetched/", got)
 	}
 	saved, err := os.Stat(filepath.Join(fetched, c0, "model.safetensors"))
@@ -82,7 +71,7 @@ func TestLocalCheckpointCopiesAreBounded(t *testing.T) {
 	if _, err := r.acts.InferenceLoadAll(ctx, LoadInput{Checkpoint: ck1}); err != nil {
 		t.Fatal(err)
 	}
-	if got := entries(t, fetched); !same(got, []string{c1, c1 + ".serve"}) {
+	if got := entries(t, fetched); !slices.Equal(got, []string{c1, c1 + ".serve"}) {
 		t.Fatalf("after loading step-0001 fetched/ holds %v, want step-0001 and its serving dir only", got)
 	}
 
@@ -91,7 +80,7 @@ func TestLocalCheckpointCopiesAreBounded(t *testing.T) {
 	if _, err := r.acts.TrainerLoad(ctx, ck0); err != nil {
 		t.Fatal(err)
 	}
-	if got := entries(t, fetched); !same(got, []string{c0, c1 + ".serve"}) {
+	if got := entries(t, fetched); !slices.Equal(got, []string{c0, c1 + ".serve"}) {
 		t.Fatalf("after a trainer load fetched/ holds %v, want step-0000 and step-0001's serving dir", got)
 	}
 	if info, err := r.acts.InferenceInfo(ctx); err != nil || info.WeightVersion != ck1.WeightVersion {
@@ -130,7 +119,7 @@ func TestPruneCheckpointsSparesPinnedAndFinishesACutShortDeletion(t *testing.T) 
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !same(res.Deleted, []string{"camp/e/step-0001", "camp/e/step-0003"}) || !same(res.Pinned, []string{"camp/e/step-0002"}) {
+	if !slices.Equal(res.Deleted, []string{"camp/e/step-0001", "camp/e/step-0003"}) || !slices.Equal(res.Pinned, []string{"camp/e/step-0002"}) {
 		t.Fatalf("prune: %+v", res)
 	}
 	if res.Bytes <= int64(len("w-camp/e/step-0001")) {
