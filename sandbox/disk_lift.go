@@ -54,8 +54,18 @@ func (d *Docker) OpenDiskForVerifier(ctx context.Context, id string) (full bool,
 	}
 	m := strings.TrimSpace(string(mid))
 	sub := filepath.Join(info.DockerRootDir, "btrfs/subvolumes", m)
-	if full, err = qgroupFull(ctx, sub); err != nil {
+	full, qgroup, err := qgroupFull(ctx, sub)
+	if err != nil {
 		return false, fmt.Errorf("sandbox %s: %w", id, err)
+	}
+	// The group named must be this subvolume's own (0/<its root ID>): the
+	// limit below is set by ID, and another sandbox's must never be raised.
+	rid, err := exec.CommandContext(ctx, "btrfs", "inspect-internal", "rootid", sub).CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("sandbox %s: btrfs inspect-internal rootid %s: %v: %s", id, sub, err, strings.TrimSpace(string(rid)))
+	}
+	if want := "0/" + strings.TrimSpace(string(rid)); qgroup != want {
+		return false, fmt.Errorf("sandbox %s: btrfs qgroup show %s named quota group %s, want its own %s", id, sub, qgroup, want)
 	}
 	limit := (mb + VerifierHeadroomMB) << 20
 	// The driver applies the size recorded here again each time it mounts
@@ -63,18 +73,25 @@ func (d *Docker) OpenDiskForVerifier(ctx context.Context, id string) (full bool,
 	if err := os.WriteFile(filepath.Join(info.DockerRootDir, "btrfs/quotas", m), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
 		return false, fmt.Errorf("sandbox %s: record its raised size: %w", id, err)
 	}
-	if out, err := exec.CommandContext(ctx, "btrfs", "qgroup", "limit", strconv.FormatInt(limit, 10), sub).CombinedOutput(); err != nil {
-		return false, fmt.Errorf("sandbox %s: btrfs qgroup limit %d %s: %v: %s", id, limit, sub, err, strings.TrimSpace(string(out)))
+	// The limit is set by quota group ID through the directory that holds
+	// the subvolumes, not through the subvolume's own path: the ioctl's
+	// transaction reserves metadata in the root of the path it is given, and
+	// in a subvolume its agent filled that reservation is refused ("unable
+	// to limit requested quota group: Disk quota exceeded", seen in
+	// TestAdversarialCheatsNeverResolve's slow disk-fill on kernel 6.18).
+	parent := filepath.Dir(sub)
+	if out, err := exec.CommandContext(ctx, "btrfs", "qgroup", "limit", strconv.FormatInt(limit, 10), qgroup, parent).CombinedOutput(); err != nil {
+		return false, fmt.Errorf("sandbox %s: btrfs qgroup limit %d %s %s: %v: %s", id, limit, qgroup, parent, err, strings.TrimSpace(string(out)))
 	}
 	return full, nil
 }
 
 // qgroupFull says whether the subvolume's quota group holds its limit, to
-// within 1 MB: the agent ran out of storage_mb.
-func qgroupFull(ctx context.Context, sub string) (bool, error) {
+// within 1 MB (the agent ran out of storage_mb), and names the group (0/N).
+func qgroupFull(ctx context.Context, sub string) (bool, string, error) {
 	out, err := exec.CommandContext(ctx, "btrfs", "qgroup", "show", "-ref", "--raw", sub).CombinedOutput()
 	if err != nil {
-		return false, fmt.Errorf("btrfs qgroup show %s: %v: %s", sub, err, strings.TrimSpace(string(out)))
+		return false, "", fmt.Errorf("btrfs qgroup show %s: %v: %s", sub, err, strings.TrimSpace(string(out)))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
@@ -86,7 +103,7 @@ func qgroupFull(ctx context.Context, sub string) (bool, error) {
 		if err1 != nil || err2 != nil {
 			break
 		}
-		return used >= lim-1<<20, nil
+		return used >= lim-1<<20, f[0], nil
 	}
-	return false, fmt.Errorf("btrfs qgroup show %s: no quota group line in %q", sub, out)
+	return false, "", fmt.Errorf("btrfs qgroup show %s: no quota group line in %q", sub, out)
 }

@@ -207,7 +207,12 @@ func TestVerifierRunsOnAFullSandbox(t *testing.T) {
 	if ins.HostConfig.StorageOpt["size"] == "" {
 		t.Skip("storage_mb is not enforced by the kernel here (TestDiskLimitEnforcedByKernel says why)")
 	}
-	code, out := r.exec(id, []string{"bash", "-c", "head -c 1000000000 /dev/zero > /app/bomb; echo rc=$?; head -c 100000 /dev/zero > /tmp/more; echo rc=$?"}, nil, "")
+	// Filled to the brim (4 KB blocks, then inodes and dirs until none fit):
+	// a subvolume filled that far refused the headroom's own quota call when
+	// it went through the subvolume's path (OpenDiskForVerifier says why).
+	code, out := r.exec(id, []string{"bash", "-c", "head -c 1000000000 /dev/zero > /app/bomb; echo rc=$?; " +
+		"dd if=/dev/zero of=/app/brim bs=4k 2>/dev/null; for i in 1 2 3 4 5 6 7 8; do echo x > /app/s$i; mkdir /tmp/d$i; done 2>/dev/null; sync; " +
+		"head -c 100000 /dev/zero > /tmp/more; echo rc=$?"}, nil, "")
 	if strings.Count(out, "rc=1") != 2 {
 		t.Fatalf("the sandbox is not full: %d %s", code, out)
 	}
