@@ -79,6 +79,8 @@ smollm: deps hfenv smollm2 dev
 
 # Unit tests, then integration tests against the real dev server, Docker and
 # the reference trainer and inference processes.
+# The longest go test packages, started first (see the go test line).
+LONG_PKGS := ./workflows ./bench ./sandbox ./starter
 test: disk deps hfenv harborenv smollm2
 	go vet ./...
 	cd gpu/reference && $(PYTHON) -m pytest -q -p no:cacheprovider tests
@@ -86,7 +88,10 @@ test: disk deps hfenv harborenv smollm2
 	# -p 4: the long packages (workflows, sandbox, bench) wait mostly on
 	# containers and trainer processes, not on the 2 cores; with go's default
 	# (one per core) workflows, the longest, started last, ~20 min in.
-	T1FLOW_INTEGRATION=1 T1FLOW_VLLM_PYTHON=$(HFPY) go test -count=1 -p 4 -timeout 70m ./...
+	# go test starts packages in the order named (./... adds the rest once):
+	# the longest first, so workflows no longer waits ~5 min for a free slot
+	# behind the alphabet.
+	T1FLOW_INTEGRATION=1 T1FLOW_VLLM_PYTHON=$(HFPY) go test -count=1 -p 4 -timeout 70m $(LONG_PKGS) ./...
 
 unit:
 	go test ./...
