@@ -125,6 +125,10 @@ type campaignRun struct {
 	decision string // an operator's decision on a failed stage: retry or skip
 	// batchChild is the PPO step or warm-up running now, if any.
 	batchChild workflow.ChildWorkflowFuture
+	// ahead is the PPO step started while the previous one trains;
+	// collected the last step that said its collection was done (lookahead.go).
+	ahead     *aheadStep
+	collected int
 }
 
 // CampaignWorkflow runs the T1 recipe as one durable job: base eval, SFT,
@@ -152,6 +156,7 @@ func (c *campaignRun) setup(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QueryResumeState, c.resumeState); err != nil {
 		return err
 	}
+	c.receiveCollected(ctx)
 	if err := workflow.SetUpdateHandler(ctx, UpdatePause, c.setPaused(true)); err != nil {
 		return err
 	}
@@ -358,7 +363,8 @@ func (c *campaignRun) ppo(ctx workflow.Context) error {
 				return err
 			}
 		}
-		if step < cfg.PPO.Steps && (step%cfg.PPO.ContinueAsNewEvery == 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) {
+		// Never with a step started ahead in flight: it would be cancelled (lookahead.go).
+		if step < cfg.PPO.Steps && c.ahead == nil && (step%cfg.PPO.ContinueAsNewEvery == 0 || workflow.GetInfo(ctx).GetContinueAsNewSuggested()) {
 			// Start a fresh history, carrying only references and small values.
 			return workflow.NewContinueAsNewError(ctx, CampaignWorkflow, CampaignInput{Config: cfg, State: st})
 		}

@@ -42,11 +42,15 @@ func campaignBaseEnv(t *testing.T, tasks []task.Ref, initErr ...error) (*testsui
 // campaignSaveEnv stored (the tests of this package do not run in parallel).
 var storedEvents []activities.StoreEventsInput
 
+// loaded are the versions the campaign of the last campaignSaveEnv loaded
+// into inference, in order.
+var loaded []string
+
 // campaignSaveEnv is campaignBaseEnv whose checkpoint saves answer save.
 func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (gpu.Checkpoint, error), initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
-	storedEvents = nil
+	storedEvents, loaded = nil, nil
 	env.RegisterActivity(&gpu.Activities{})
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
@@ -62,7 +66,10 @@ func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (g
 	env.OnActivity(gact.TrainerSave, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.SaveInput) (gpu.Checkpoint, error) {
 		return save(in)
 	})
-	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return("v0", nil)
+	env.OnActivity(gact.InferenceLoadAll, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.LoadInput) (string, error) {
+		loaded = append(loaded, in.Checkpoint.WeightVersion)
+		return in.Checkpoint.WeightVersion, nil
+	})
 	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return(tasks, nil)
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
 	env.OnActivity(act.StoreEvents, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.StoreEventsInput) (store.Ref, error) {

@@ -213,18 +213,25 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	c.inFlight = fmt.Sprintf("ppo step %d", step)
 	c.details(ctx)
-	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, c.cfg.PPO.TasksPerStep, step)
-	if err != nil {
-		return err
+	ahead := c.lookAhead(ctx) // lookahead.go
+	var fut workflow.ChildWorkflowFuture
+	if ahead {
+		fut = c.takeAhead(ctx, step)
 	}
-	cctx := cancelledChildCtx(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), fmt.Sprintf("%s PPO step %d", c.cfg.Name, step))
+	if fut == nil {
+		tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, c.cfg.PPO.TasksPerStep, step)
+		if err != nil {
+			return err
+		}
+		cctx := cancelledChildCtx(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), fmt.Sprintf("%s PPO step %d", c.cfg.Name, step))
+		b := c.batch(tasks)
+		b.MaxStaleness = c.cfg.PPO.MaxStaleness
+		fut = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
+			RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(), NotifyParent: ahead,
+		})
+	}
 	var res StepRecord
-	b := c.batch(tasks)
-	b.MaxStaleness = c.cfg.PPO.MaxStaleness
-	err = c.runBatch(ctx, workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
-		RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(),
-	}), &res)
-	if err != nil {
+	if err := c.awaitStep(ctx, step, fut, ahead, &res); err != nil {
 		return err
 	}
 	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
@@ -320,6 +327,11 @@ func (c *campaignRun) setConcurrency(ctx workflow.Context, n int) (CampaignStatu
 		// Waits for the child to start; fails only if it has already closed.
 		if err := c.batchChild.SignalChildWorkflow(ctx, SignalSetConcurrency, n).Get(ctx, nil); err != nil {
 			workflow.GetLogger(ctx).Warn("set_concurrency did not reach the running batch", "error", err)
+		}
+	}
+	if c.ahead != nil { // only on histories with ppo-look-ahead
+		if err := c.ahead.fut.SignalChildWorkflow(ctx, SignalSetConcurrency, n).Get(ctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("set_concurrency did not reach the step started ahead", "error", err)
 		}
 	}
 	return c.status(), nil

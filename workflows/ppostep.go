@@ -46,6 +46,15 @@ type StepRecord struct {
 	// out for being further behind, or of another version).
 	MaxStaleness int   `json:"max_staleness,omitempty"`
 	Staleness    []int `json:"staleness,omitempty"`
+	// Ahead: the step's rollouts started while the previous step trained
+	// (ppo.max_staleness > 0); PolicyVersion is then the version that update
+	// produced, which the step trained on. CollectSeconds is the collection's
+	// time, WaitSeconds what a step started ahead then waited for the
+	// previous one to train and load, TrainSeconds the trainer's ppo_step.
+	Ahead          bool    `json:"ahead,omitempty"`
+	CollectSeconds float64 `json:"collect_seconds,omitempty"`
+	WaitSeconds    float64 `json:"wait_seconds,omitempty"`
+	TrainSeconds   float64 `json:"train_seconds,omitempty"`
 }
 
 // Aborted rollouts are started again, fresh, until the batch's deadline:
@@ -115,7 +124,25 @@ type PPOStepInput struct {
 	Step           int            `json:"step"`
 	MaxFailedShare float64        `json:"max_failed_share"`
 	Hyper          map[string]any `json:"hyper,omitempty"`
+	// NotifyParent: once its collection is done the step signals its parent
+	// SignalStepCollected with its number, so the campaign can start the
+	// next step's rollouts while this one trains (ppo.max_staleness > 0).
+	NotifyParent bool `json:"notify_parent,omitempty"`
+	// Ahead: the step was started while the previous one trained. Version
+	// is the version that update will produce; the step trains only once the
+	// campaign has loaded it and signalled SignalTrainOn with the version
+	// inference serves (TrainOn, carried across continue-as-new).
+	Ahead   bool   `json:"ahead,omitempty"`
+	TrainOn string `json:"train_on,omitempty"`
+	// Began is when the step's collection began (its first run).
+	Began time.Time `json:"began,omitempty"`
 }
+
+// Signals between a campaign and a PPO step started ahead (look-ahead.go).
+const (
+	SignalStepCollected = "ppo_step_collected" // step -> campaign: the step's number
+	SignalTrainOn       = "ppo_train_on"       // campaign -> step: the version it may train on
+)
 
 // collected is a batch of trajectories and the rollouts left out of it. A
 // batch too big for one payload is in the store in chunks (a windowed
@@ -328,6 +355,19 @@ func (p *ppoStep) setup(ctx workflow.Context) error {
 	if p.width, err = newConcurrency(ctx, p.in.Concurrency, p.status); err != nil {
 		return err
 	}
+	if p.in.Ahead {
+		// Kept in the input, so a continue-as-new carries it; receiving issues no command.
+		ch := workflow.GetSignalChannel(ctx, SignalTrainOn)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			for {
+				var v string
+				if !ch.Receive(ctx, &v) {
+					return
+				}
+				p.in.TrainOn = v
+			}
+		})
+	}
 	return workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return p.status(), nil })
 }
 
@@ -340,6 +380,9 @@ func (p *ppoStep) status() Progress {
 func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	in := p.in
 	var starts int
+	if p.in.Began.IsZero() {
+		p.in.Began = workflow.Now(ctx)
+	}
 	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, &starts, p.width, func(w *BatchWindow) error {
 		next := p.in
 		next.Window, next.Concurrency = w, p.width.final(ctx)
@@ -350,7 +393,11 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	}
 	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.Rollouts, Trained: col.Trained, Aborted: col.Aborted, Failed: col.Failed, Stale: col.Stale,
 		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0),
-		MaxStaleness: in.MaxStaleness, Staleness: col.Staleness}
+		MaxStaleness: in.MaxStaleness, Staleness: col.Staleness, Ahead: in.Ahead}
+	rec.CollectSeconds = workflow.Now(ctx).Sub(p.in.Began).Seconds()
+	if err := p.awaitTurn(ctx, &rec); err != nil {
+		return rec, err
+	}
 	excluded := col.Aborted + col.Failed + col.Stale
 	if col.Rollouts == 0 || col.Trained == 0 || float64(excluded)/float64(col.Rollouts) > in.MaxFailedShare {
 		aborted := fmt.Sprintf("aborted %d", col.Aborted)
@@ -365,9 +412,11 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	rec.ResolvedRate = float64(col.Resolved) / float64(col.Trained)
 	rec.MeanTurns = col.Turns / float64(col.Trained)
 	gctx := trainerCtx(ctx, in.Trainer, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, col.Trained))
+	trainAt := workflow.Now(ctx)
 	err = workflow.ExecuteActivity(gctx, gact.TrainerPPOStep, gpu.TrainInput{
 		Key: fmt.Sprintf("%sppo/%d", in.KeyPrefix, in.Step), Trajectories: col.batch, Chunks: col.chunks, Preset: in.Preset, Hyper: in.Hyper,
 	}).Get(ctx, &rec.Metrics)
+	rec.TrainSeconds = workflow.Now(ctx).Sub(trainAt).Seconds()
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("trained on %d of %d rollouts, reward %.3f, at most %d retries after aborts", rec.Trained, rec.Rollouts, rec.RewardMean, rec.RetriesMax))
 	return rec, trainerGone(err, in.Trainer)
 }
