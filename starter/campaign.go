@@ -240,7 +240,11 @@ func stalenessText(r workflows.StepRecord) string {
 	if r.MaxStaleness == 0 {
 		return ""
 	}
-	return fmt.Sprintf(", trained by versions behind %v, %d stale left out (max_staleness %d)", r.Staleness, r.Stale, r.MaxStaleness)
+	s := fmt.Sprintf(", trained by versions behind %v, %d stale left out (max_staleness %d)", r.Staleness, r.Stale, r.MaxStaleness)
+	if r.Ahead {
+		s += fmt.Sprintf("; started ahead: collected in %.0f s while step %d trained, then waited %.0f s", r.CollectSeconds, r.Step-1, r.WaitSeconds)
+	}
+	return s
 }
 
 func retriedSamples(r workflows.StepRecord) int {

@@ -93,6 +93,37 @@ type ReportNumbers struct {
 	RetriesMax []int `json:"retries_max"`
 	// Retention is what checkpoints.keep_last deleted from the store (nil: nothing).
 	Retention *workflows.Retention `json:"checkpoint_retention,omitempty"`
+	// Timing of the PPO phase (nil for campaigns from before it was recorded).
+	Timing *PPOTiming `json:"ppo_timing,omitempty"`
+}
+
+// PPOTiming is where the PPO phase's wall time went: the trainer's share
+// busy in ppo_step and the rollouts' share busy collecting (over the phase,
+// with checkpoint loads and evals). Started ahead counts the steps whose
+// rollouts ran while the step before trained (ppo.max_staleness > 0).
+type PPOTiming struct {
+	WallSeconds    float64 `json:"wall_seconds"`
+	TrainSeconds   float64 `json:"train_seconds"`
+	CollectSeconds float64 `json:"collect_seconds"`
+	TrainerBusy    float64 `json:"trainer_busy_share"`
+	RolloutsBusy   float64 `json:"rollouts_busy_share"`
+	StartedAhead   int     `json:"started_ahead"`
+}
+
+func ppoTiming(st workflows.CampaignState) *PPOTiming {
+	if st.PPOStarted.IsZero() || !st.PPOEnded.After(st.PPOStarted) {
+		return nil
+	}
+	t := &PPOTiming{WallSeconds: st.PPOEnded.Sub(st.PPOStarted).Seconds()}
+	for _, s := range st.Steps {
+		t.TrainSeconds += s.TrainSeconds
+		t.CollectSeconds += s.CollectSeconds
+		if s.Ahead {
+			t.StartedAhead++
+		}
+	}
+	t.TrainerBusy, t.RolloutsBusy = t.TrainSeconds/t.WallSeconds, t.CollectSeconds/t.WallSeconds
+	return t
 }
 
 func metric(m map[string]any, k string) float64 {
@@ -104,7 +135,8 @@ func metric(m map[string]any, k string) float64 {
 
 func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV, WarmupGate: rep.State.WarmupGate,
-		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}, Retention: rep.State.Retention}
+		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}, Retention: rep.State.Retention,
+		Timing: ppoTiming(rep.State)}
 	for _, s := range rep.State.Steps {
 		n.Steps = append(n.Steps, s.Step)
 		n.Reward = append(n.Reward, s.RewardMean)
@@ -153,6 +185,10 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	if r := n.Retention; r != nil {
 		fmt.Fprintf(&b, "<p>Checkpoint retention (checkpoints.keep_last = %d): %d step checkpoints deleted from the store (%.2f GB freed), %d kept as pinned.</p>",
 			rep.Config.Checkpoints.KeepLast, len(r.Deleted), float64(r.BytesFreed)/1e9, len(r.Pinned))
+	}
+	if t := n.Timing; t != nil {
+		fmt.Fprintf(&b, "<p>PPO phase: %.0f s; the trainer was busy in ppo_step %.0f%% of it, the rollouts collecting %.0f%%; %d of %d steps started ahead (max_staleness %d).</p>",
+			t.WallSeconds, 100*t.TrainerBusy, 100*t.RolloutsBusy, t.StartedAhead, len(n.Steps), rep.Config.PPO.MaxStaleness)
 	}
 	steps := stepTicks(n.Steps)
 	b.WriteString(chart{Title: "mean reward and resolved rate per PPO step (its own rollouts)", XLabel: "PPO step", YLabel: "rate (0-1)",

@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/t1flow/t1flow/workflows"
 )
@@ -52,6 +53,15 @@ func TestReportRendersPlotsAndNumbers(t *testing.T) {
 	if !strings.Contains(out.String(), "turns 3.0, trained by versions behind [3 1], 2 stale left out (max_staleness 1)") {
 		t.Fatalf("status does not show the staleness:\n%s", out.String())
 	}
+	if strings.Contains(out.String(), "started ahead") {
+		t.Fatalf("status shows a step started ahead that was not:\n%s", out.String())
+	}
+	rep.State.Steps[2].Ahead, rep.State.Steps[2].CollectSeconds, rep.State.Steps[2].WaitSeconds = true, 41, 12
+	out.Reset()
+	printStatus(&out, workflows.CampaignStatus{Name: "demo", Recent: rep.State.Steps}, "campaign/demo")
+	if !strings.Contains(out.String(), "(max_staleness 1); started ahead: collected in 41 s while step 2 trained, then waited 12 s") {
+		t.Fatalf("status does not show the step started ahead:\n%s", out.String())
+	}
 	for _, want := range []string{">PPO step</text>", ">rate (0-1)</text>", ">explained variance</text>", ">cold</text>", ">warm</text>"} {
 		if !strings.Contains(h, want) {
 			t.Errorf("html has no %q (axis labels, the EV plot's cold and warm points)", want)
@@ -83,5 +93,26 @@ func TestReportCountsCheckpointRetention(t *testing.T) {
 	}
 	if h := renderHTML(rep, n); !strings.Contains(h, "checkpoints.keep_last = 2): 2 step checkpoints deleted from the store (2.15 GB freed), 1 kept as pinned") {
 		t.Fatalf("html does not count the deletions:\n%s", h)
+	}
+}
+
+// The PPO phase's timing: the trainer's and the rollouts' busy shares of
+// its wall time, the steps started ahead; none for a campaign that did not
+// record its phase's bounds.
+func TestReportTimesThePPOPhase(t *testing.T) {
+	rep := workflows.CampaignReportData{}
+	rep.Config.Name, rep.Config.PPO.MaxStaleness = "demo", 1
+	if n := reportNumbers(rep); n.Timing != nil {
+		t.Fatalf("timing without the phase's bounds: %+v", n.Timing)
+	}
+	rep.State.PPOStarted = time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	rep.State.PPOEnded = rep.State.PPOStarted.Add(100 * time.Second)
+	rep.State.Steps = []workflows.StepRecord{{Step: 1, CollectSeconds: 30, TrainSeconds: 20}, {Step: 2, Ahead: true, CollectSeconds: 25, TrainSeconds: 20, WaitSeconds: 5}}
+	n := reportNumbers(rep)
+	if tm := n.Timing; tm == nil || tm.WallSeconds != 100 || tm.TrainerBusy != 0.4 || tm.RolloutsBusy != 0.55 || tm.StartedAhead != 1 {
+		t.Fatalf("timing %+v: want 100 s, trainer 0.4, rollouts 0.55, 1 ahead", n.Timing)
+	}
+	if h := renderHTML(rep, n); !strings.Contains(h, "PPO phase: 100 s; the trainer was busy in ppo_step 40% of it, the rollouts collecting 55%; 1 of 2 steps started ahead (max_staleness 1).") {
+		t.Fatalf("html does not show the PPO phase's timing:\n%s", h)
 	}
 }

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"time"
 
 	"go.temporal.io/sdk/workflow"
 
@@ -67,6 +68,10 @@ type CampaignState struct {
 	Trainer *gpu.TrainerRef `json:"trainer,omitempty"`
 	// Retention is what checkpoints.keep_last deleted (retention.go).
 	Retention *Retention `json:"retention,omitempty"`
+	// PPOStarted and PPOEnded bound the PPO phase (its steps, their
+	// checkpoints and evals), for the trainer's and the rollouts' busy shares.
+	PPOStarted time.Time `json:"ppo_started,omitempty"`
+	PPOEnded   time.Time `json:"ppo_ended,omitempty"`
 }
 
 // CampaignInput is the config and, after continue-as-new, the state.
@@ -324,9 +329,13 @@ func (c *campaignRun) phases(ctx workflow.Context) error {
 		st.Phase = PhasePPO
 	}
 	if st.Phase == PhasePPO {
+		if st.PPOStarted.IsZero() {
+			st.PPOStarted = workflow.Now(ctx)
+		}
 		if err := c.ppo(ctx); err != nil {
 			return err
 		}
+		st.PPOEnded = workflow.Now(ctx)
 		st.Phase = PhaseFinal
 	}
 	if st.Phase == PhaseFinal {
