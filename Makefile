@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps disk docker temporal base-image python hfenv harborenv smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale lint
+.PHONY: all build deps disk docker temporal base-image python hfenv harborenv smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale bench-async lint
 
 all: build
 
@@ -127,6 +127,11 @@ bench-harbor: deps
 	go run ./bench -only harbor -out docs/bench.md
 
 # The Hugging Face backend on CPU (docs/bench.md's "Hugging Face backend").
+# learn.toml on-policy against learn-async.toml (max_staleness 1) back to
+# back, their PPO phases compared (issue 28; about 20 minutes on 2 cores).
+bench-async: deps dev build
+	@scripts/async-compare.sh
+
 bench-hf: hfenv
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(HFPY) gpu/hf/bench.py --threads 1 -out docs/bench.md
 

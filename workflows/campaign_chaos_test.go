@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
+	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/campaign"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
@@ -34,8 +35,9 @@ type chaosFault struct {
 	server bool // restart the dev server instead of killing the worker
 }
 
-// TestCampaignChaos runs a small campaign (SFT, critic warm-up, two PPO
-// steps, checkpoints loaded into inference, an eval) on a worker process
+// TestCampaignChaos runs a small campaign (SFT, critic warm-up, three PPO
+// steps, the second started ahead while the first trains (max_staleness 1),
+// a continue-as-new, checkpoints loaded into inference, an eval) on a worker process
 // (control, sandbox and gpu roles, with the reference trainer and inference
 // server as its children) and kills the worker's process groups with SIGKILL
 // in every stage, at seeded random offsets (T1FLOW_CHAOS_SEED replays a
@@ -75,6 +77,9 @@ func TestCampaignChaos(t *testing.T) {
 	cfg := smallCampaign(t, name)
 	cfg.Eval.Base, cfg.Eval.AtEnd = false, true
 	cfg.SFT.Minibatches, cfg.CriticWarmup.FitEpochs = 1, 1
+	// Step 2's rollouts start while step 1 trains (max_staleness 1); the
+	// campaign continues as new after step 2, and step 3 runs after it.
+	cfg.PPO.Steps, cfg.PPO.ContinueAsNewEvery, cfg.PPO.MaxStaleness = 3, 2, 1
 	wid := ids.CampaignWorkflowID(name)
 	startCampaign(t, c, cfg)
 	faults := chaosFaults(t, c, wid, name, host, filepath.Join(home, "gpu"))
@@ -105,6 +110,9 @@ func TestCampaignChaos(t *testing.T) {
 	t.Logf("campaign done after %.0fs; the inference watchdog found %d hangs", time.Since(began).Seconds(),
 		strings.Count(readFile(filepath.Join(home, "logs", "inference.log")), " hung: "))
 	checkChaosOutcome(t, c, cfg, res.State, readFile(filepath.Join(home, "gpu", "trainer", "ops.log")))
+	checkAhead(t, res.State)
+	recordRun(t, c, wid, firstRun(t, c, wid), "testdata/campaign_ahead.json")
+	recordHistory(t, c, ids.PPOStepWorkflowID(name, 2), "testdata/ppo_ahead.json")
 	if left := testenv.Containers(t, sandbox.LabelHost, host); len(left) != 0 {
 		t.Errorf("sandboxes left: %v", left)
 	}
@@ -175,9 +183,9 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) 
 		return func() bool { return inFlight(fmt.Sprintf("ppo step %d", step), true)() && !upd() }
 	}
 	ms := time.Millisecond
-	// smallCampaign's last PPO step (2) is what inference serves.
+	// The last PPO step (3) is what inference serves.
 	lastServed := func() bool {
-		return strings.Contains(readFile(filepath.Join(gpuDir, "inference.served.json")), "step-0002")
+		return strings.Contains(readFile(filepath.Join(gpuDir, "inference.served.json")), "step-0003")
 	}
 	sftEpochSaved := func() bool {
 		return running("sft", "/sft/0")() && strings.Contains(readFile(opsLog), "/sft/0 epoch 1/2 saved")
@@ -187,10 +195,12 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) 
 		{stage: "SFT update, epoch 2", at: sftEpochSaved, jitter: 200 * ms},
 		{stage: "warm-up rollouts", at: inFlight("critic warm-up", true), jitter: 3000 * ms},
 		{stage: "PPO step 1 rollouts", at: ppoRollouts(1), jitter: 3000 * ms},
+		// Step 1 trains while step 2's rollouts run, started ahead: both die.
+		{stage: "PPO step 2 rollouts started ahead, step 1 update", at: inFlight("ppo step 1 (step 2's rollouts started ahead)", true), jitter: 1000 * ms},
 		// Committed, its reply not yet sent (--slow-ms delays it): the retry replays the step.
 		{stage: "PPO step 1 update", at: committed("ppo_step", "/ppo/1"), jitter: 50 * ms},
 		{stage: "PPO step 1 checkpoint load into inference", at: saved("step-0001"), jitter: 300 * ms},
-		{stage: "PPO step 2 rollouts", at: ppoRollouts(2), jitter: 3000 * ms, server: true},
+		{stage: "PPO step 3 rollouts", at: ppoRollouts(3), jitter: 3000 * ms, server: true},
 		// Either sign will do: the status query can miss the final eval's
 		// short window (on a quiet machine it ran out within the dev server's
 		// restart above), and once the last step's checkpoint is served every
@@ -292,4 +302,35 @@ func rolloutExecutions(t *testing.T, c client.Client, query string) (n, distinct
 			return n, len(seen)
 		}
 	}
+}
+
+// checkAhead: step 2 was started ahead (it collected, then waited for step
+// 1 to train and load) and trained on the version step 1's update made,
+// its rollouts at most one version behind; step 3, after the
+// continue-as-new, was not.
+func checkAhead(t *testing.T, s workflows.CampaignState) {
+	t.Helper()
+	if len(s.Steps) != 3 {
+		return // checkChaosOutcome said why
+	}
+	s1, s2, s3 := s.Steps[0], s.Steps[1], s.Steps[2]
+	v1, _ := gpu.VersionOf(s1.PolicyVersion)
+	if !s2.Ahead || s2.PolicyVersion != fmt.Sprintf("v%d", v1+1) || len(s2.Staleness) > 2 || s2.WaitSeconds <= 0 {
+		t.Errorf("step 2: ahead %v on %s (step 1 on %s), staleness %v, waited %.1f s: want started ahead, on the next version, at most one behind, having waited",
+			s2.Ahead, s2.PolicyVersion, s1.PolicyVersion, s2.Staleness, s2.WaitSeconds)
+	}
+	if s1.Ahead || s3.Ahead {
+		t.Errorf("steps 1 and 3 started ahead: %v %v (step 3 follows a continue-as-new)", s1.Ahead, s3.Ahead)
+	}
+	t.Logf("step 2 started ahead: collected in %.1f s, waited %.1f s for step 1 (trained in %.1f s); staleness %v", s2.CollectSeconds, s2.WaitSeconds, s1.TrainSeconds, s2.Staleness)
+}
+
+// firstRun is the run ID of a workflow's first run.
+func firstRun(t *testing.T, c client.Client, wid string) string {
+	t.Helper()
+	d, err := c.DescribeWorkflowExecution(context.Background(), wid, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.WorkflowExecutionInfo.GetFirstRunId()
 }

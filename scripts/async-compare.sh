@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# make bench-async (issue 28): learn.toml on-policy, then learn-async.toml
+# (max_staleness = 1: each step's rollouts start while the step before
+# trains), back to back on the same worker, and their PPO phases compared:
+# wall time, the trainer's and the rollouts' busy shares, the steps started
+# ahead, and the learning figures. Needs what make demo needs (make deps dev);
+# about 20 minutes on 2 cores. Prints a markdown table for docs/bench.md.
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+STATE=${T1FLOW_HOME:-$ROOT/.t1flow}
+PIDFILE=$STATE/worker.pid
+LOG=$STATE/worker.log
+cd "$ROOT"
+PY=${PYTHON:-python3}
+
+if ! { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }; then
+  bin/worker -role all -log-level warn >>"$LOG" 2>&1 &
+  echo $! >"$PIDFILE"
+  trap 'scripts/demo.sh stop-worker' EXIT
+  for _ in $(seq 1 120); do
+    [ -s "$STATE/inference.url" ] && grep -q "trainer .* on http" "$LOG" && break
+    kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "async-compare: the worker exited; see $LOG" >&2; exit 1; }
+    sleep 1
+  done
+fi
+
+# The write-hello pools, as make demo imports them.
+rm -rf "$STATE/learn"
+go run ./examples/learn -out "$STATE/learn" -sft 32 -train 32 -heldout 16
+bin/starter tasks import "$STATE/learn/sft" --pool hello-sft >/dev/null
+bin/starter tasks import "$STATE/learn/train" --pool hello-train >/dev/null
+bin/starter tasks import $(ls -d "$STATE"/learn/train/* | head -n 8) --pool hello-warmup >/dev/null
+bin/starter tasks import "$STATE/learn/heldout" --pool hello-heldout >/dev/null
+
+out=$(mktemp -d)
+for cfg in learn learn-async; do
+  # A name of its own per run: a campaign name is one campaign.
+  name="$cfg-$(date +%s)"
+  sed "s/^name = .*/name = \"$name\"/" "examples/campaigns/$cfg.toml" >"$out/$cfg.toml"
+  start=$(date +%s)
+  bin/starter campaign start -f "$out/$cfg.toml" --wait >"$out/$cfg.log" 2>&1 || { cat "$out/$cfg.log" >&2; exit 1; }
+  echo "$cfg: campaign wall time $(( $(date +%s) - start )) s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  bin/starter report "$name" --json >"$out/$cfg.json"
+  bin/starter report "$name" --bars >"$out/$cfg.bars" 2>&1 || true
+done
+
+"$PY" - "$out" <<'PY'
+import json, sys, os
+d = sys.argv[1]
+rows = {}
+for cfg in ("learn", "learn-async"):
+    n = json.load(open(os.path.join(d, cfg + ".json")))
+    t = n.get("ppo_timing") or {}
+    ev = {e["label"]: e["resolved_rate"] for e in n.get("evals") or []}
+    r = n["resolved_rate"]
+    curve = (sum(r[-2:]) - sum(r[:2])) / 2 if len(r) >= 4 else float("nan")
+    bars = sum(1 for l in open(os.path.join(d, cfg + ".bars")) if l.startswith("MISSED"))
+    rows[cfg] = (t, ev, curve, bars)
+print("| campaign | PPO phase (s) | trainer busy | rollouts busy | steps started ahead | PPO curve (last 2 - first 2) | held-out SFT / final | bars missed |")
+print("|---|---|---|---|---|---|---|---|")
+for cfg, (t, ev, curve, bars) in rows.items():
+    print(f"| {cfg} | {t.get('wall_seconds', 0):.0f} | {100 * t.get('trainer_busy_share', 0):.0f}% | {100 * t.get('rollouts_busy_share', 0):.0f}% | {t.get('started_ahead', 0)} | {curve:+.2f} | {100 * ev.get('sft', 0):.1f}% / {100 * ev.get('final', 0):.1f}% | {bars} |")
+a, b = rows["learn"][0].get("wall_seconds"), rows["learn-async"][0].get("wall_seconds")
+if a and b:
+    print(f"\nPPO phase wall time, max_staleness 1 against on-policy: {b / a:.2f}x")
+PY
