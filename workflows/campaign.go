@@ -131,9 +131,10 @@ type campaignRun struct {
 	// batchChild is the PPO step or warm-up running now, if any.
 	batchChild workflow.ChildWorkflowFuture
 	// ahead is the PPO step started while the previous one trains;
-	// collected the last step that said its collection was done (lookahead.go).
+	// collected the step starts (first run IDs) whose collection is done
+	// (lookahead.go).
 	ahead     *aheadStep
-	collected int
+	collected map[string]bool
 }
 
 // CampaignWorkflow runs the T1 recipe as one durable job: base eval, SFT,

@@ -51,11 +51,14 @@ func (c *campaignRun) receiveCollected(ctx workflow.Context) {
 	ch := workflow.GetSignalChannel(ctx, SignalStepCollected)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
-			var step int
-			if !ch.Receive(ctx, &step) {
+			var s StepCollected
+			if !ch.Receive(ctx, &s) {
 				return
 			}
-			c.collected = max(c.collected, step)
+			if c.collected == nil {
+				c.collected = map[string]bool{}
+			}
+			c.collected[s.RunID] = true
 		}
 	})
 }
@@ -75,17 +78,23 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 		_ = a.fut.Get(ctx, nil) // cancelled, or already failed: either way it trained nothing
 		return nil
 	}
-	err := workflow.SignalExternalWorkflow(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), "", SignalTrainOn, c.st.WeightVersion).Get(ctx, nil)
-	if err != nil {
-		// The step has already closed: its result says how.
+	// Waits for the step to have started; fails when it has closed, and its result says how.
+	if err := a.fut.SignalChildWorkflow(ctx, SignalTrainOn, c.st.WeightVersion).Get(ctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("the step started ahead was not signalled", "step", step, "error", err)
+		if !a.fut.IsReady() {
+			// Running, yet unreachable: it would wait for ever. Sample it again.
+			a.cancel()
+			_ = a.fut.Get(ctx, nil)
+			return nil
+		}
 	}
 	return a.fut
 }
 
-// mayStartAhead: step's successor may start now.
-func (c *campaignRun) mayStartAhead(ctx workflow.Context, step int) bool {
-	return c.ahead == nil && c.collected >= step && step < c.cfg.PPO.Steps && step%c.cfg.PPO.ContinueAsNewEvery != 0 &&
+// mayStartAhead: step's successor may start now (run is the awaited start
+// of step, whose collection must be done).
+func (c *campaignRun) mayStartAhead(ctx workflow.Context, step int, run string) bool {
+	return c.ahead == nil && run != "" && c.collected[run] && step < c.cfg.PPO.Steps && step%c.cfg.PPO.ContinueAsNewEvery != 0 &&
 		!c.st.Paused && c.st.Failure == nil && !workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 }
 
@@ -123,11 +132,15 @@ func (c *campaignRun) startAhead(ctx workflow.Context, next int) {
 func (c *campaignRun) awaitStep(ctx workflow.Context, step int, fut workflow.ChildWorkflowFuture, ahead bool, res *StepRecord) error {
 	c.batchChild = fut // set_concurrency reaches it meanwhile
 	if ahead && !fut.IsReady() {
-		err := workflow.Await(ctx, func() bool { return fut.IsReady() || c.mayStartAhead(ctx, step) })
+		var exec workflow.Execution
+		if err := fut.GetChildWorkflowExecution().Get(ctx, &exec); err != nil {
+			return c.runBatch(ctx, fut, res) // never started: its result says why
+		}
+		err := workflow.Await(ctx, func() bool { return fut.IsReady() || c.mayStartAhead(ctx, step, exec.RunID) })
 		if err != nil {
 			return err
 		}
-		if !fut.IsReady() && c.mayStartAhead(ctx, step) {
+		if !fut.IsReady() && c.mayStartAhead(ctx, step, exec.RunID) {
 			c.startAhead(ctx, step+1)
 		}
 	}
@@ -143,7 +156,12 @@ func (p *ppoStep) awaitTurn(ctx workflow.Context, rec *StepRecord) error {
 	if in.NotifyParent {
 		if parent := workflow.GetInfo(ctx).ParentWorkflowExecution; parent != nil {
 			// Best effort: without it the campaign starts the next step after this one, as before.
-			err := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalStepCollected, in.Step).Get(ctx, nil)
+			info := workflow.GetInfo(ctx)
+			first := info.FirstRunID
+			if first == "" { // the SDK's test environment leaves it empty
+				first = info.WorkflowExecution.RunID
+			}
+			err := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalStepCollected, StepCollected{Step: in.Step, RunID: first}).Get(ctx, nil)
 			if err != nil {
 				workflow.GetLogger(ctx).Warn("the campaign was not told the step's collection is done", "step", in.Step, "error", err)
 			}

@@ -19,9 +19,10 @@ import (
 	"github.com/t1flow/t1flow/internal/task"
 )
 
-// aheadRig is a campaign of real PPO step workflows whose rollouts take a
-// minute and sample whatever inference serves at their start and end, and
-// whose trainer's ppo_step takes two minutes and moves the version by one.
+// aheadRig is a campaign of real PPO step workflows whose rollouts take
+// three minutes and sample whatever inference serves at their start and
+// end, and whose trainer's ppo_step takes two minutes and moves the version
+// by one: a rollout started ahead sees the new weights land mid-episode.
 type aheadRig struct {
 	env     *testsuite.TestWorkflowEnvironment
 	in      CampaignInput
@@ -49,7 +50,7 @@ func newAheadRig(t *testing.T, k, steps int) *aheadRig {
 	r.env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
 		r.started[rin.Step] = append(r.started[rin.Step], workflow.Now(ctx))
 		first := loaded[len(loaded)-1]
-		if err := workflow.Sleep(ctx, time.Minute); err != nil {
+		if err := workflow.Sleep(ctx, 3*time.Minute); err != nil {
 			return RolloutResult{}, err
 		}
 		vs := []string{first}
@@ -133,11 +134,20 @@ func TestPPOStepsStartAheadWhileThePreviousOneTrains(t *testing.T) {
 			if first := r.started[n][0]; !first.Before(r.trained[n-1]) {
 				t.Errorf("step %d's rollouts started at %v, after step %d trained (%v)", n, first, n-1, r.trained[n-1])
 			}
-			if len(s.Staleness) < 2 || s.Staleness[1] != 3 || s.WaitSeconds <= 0 {
-				t.Errorf("step %d: staleness %v (want 3 rollouts one version behind), waited %.0f s", n, s.Staleness, s.WaitSeconds)
+			if len(s.Staleness) < 2 || s.Staleness[1] != 3 {
+				t.Errorf("step %d: staleness %v, want 3 rollouts one version behind", n, s.Staleness)
+			}
+			spans := 0
+			for _, ref := range r.batches[want[i]] {
+				if ref.PolicyVersion == fmt.Sprintf("v%d,v%d", i-1, i) {
+					spans++
+				}
+			}
+			if spans != 3 {
+				t.Errorf("step %d: %d of its rollouts went on with the new weights mid-episode, want 3", n, spans)
 			}
 		}
-		if s.TrainSeconds != 120 || s.CollectSeconds < 60 {
+		if s.TrainSeconds != 120 || s.CollectSeconds < 180 {
 			t.Errorf("step %d: collect %.0f s, train %.0f s", n, s.CollectSeconds, s.TrainSeconds)
 		}
 	}
@@ -157,7 +167,7 @@ func TestPPOStepsStartAheadWhileThePreviousOneTrains(t *testing.T) {
 // skipped: nothing trained), the step is cancelled and sampled again on the
 // served weights: nothing is trained under a wrong label, nothing twice.
 func TestStepStartedAheadIsSampledAgainWhenThePreviousOneIsSkipped(t *testing.T) {
-	r := newAheadRig(t, 1, 2)
+	r := newAheadRig(t, 1, 3)
 	r.fail = func(key string, call int) error {
 		if strings.HasSuffix(key, "/ppo/1") {
 			return temporal.NewNonRetryableApplicationError("the trainer refused the batch", errs.BadInput, nil)
@@ -170,15 +180,23 @@ func TestStepStartedAheadIsSampledAgainWhenThePreviousOneIsSkipped(t *testing.T)
 	if seen.Failure == nil || seen.Failure.Stage != "ppo-1" {
 		t.Fatalf("while paused: %+v", seen)
 	}
-	if len(st.Steps) != 2 || !st.Steps[0].Skipped {
+	if len(st.Steps) != 3 || !st.Steps[0].Skipped {
 		t.Fatalf("steps %+v", st.Steps)
 	}
 	s := st.Steps[1]
-	if s.Ahead || s.PolicyVersion != "v0" || s.Trained != 3 || len(r.keys) != 1 || !strings.HasSuffix(r.keys[0], "/ppo/2") {
+	if s.Ahead || s.PolicyVersion != "v0" || s.Trained != 3 || len(r.keys) != 2 || !strings.HasSuffix(r.keys[0], "/ppo/2") {
 		t.Errorf("step 2 after the skip: %+v, trainer keys %v", s, r.keys)
 	}
 	if len(r.started[2]) != 6 {
-		t.Errorf("step 2's rollouts started %d times, want 3 ahead and 3 again", len(r.started[2]))
+		t.Fatalf("step 2's rollouts started %d times, want 3 ahead and 3 again", len(r.started[2]))
+	}
+	// The cancelled start's "collected" signal must not start step 3 beside
+	// the new start of step 2: step 3 starts once that one has collected.
+	if again, next := r.started[2][3], r.started[3][0]; next.Before(again.Add(3 * time.Minute)) {
+		t.Errorf("step 3's rollouts started at %v, before step 2's new start (at %v) had collected", next, again)
+	}
+	if s3 := st.Steps[2]; !s3.Ahead || s3.PolicyVersion != "v1" || s3.Trained != 3 {
+		t.Errorf("step 3: %+v, want started ahead of step 2's update, on v1", s3)
 	}
 	for _, ref := range r.batches[r.keys[0]] {
 		if ref.PolicyVersion != "v0" {

@@ -140,9 +140,18 @@ type PPOStepInput struct {
 
 // Signals between a campaign and a PPO step started ahead (look-ahead.go).
 const (
-	SignalStepCollected = "ppo_step_collected" // step -> campaign: the step's number
+	SignalStepCollected = "ppo_step_collected" // step -> campaign: a StepCollected
 	SignalTrainOn       = "ppo_train_on"       // campaign -> step: the version it may train on
 )
+
+// StepCollected says which start of which step has its batch: RunID is
+// the step's first run, as its parent saw it start, so a signal of a step
+// that was cancelled or failed and started again is not taken for the new
+// start's.
+type StepCollected struct {
+	Step  int    `json:"step"`
+	RunID string `json:"run_id"`
+}
 
 // collected is a batch of trajectories and the rollouts left out of it. A
 // batch too big for one payload is in the store in chunks (a windowed
@@ -339,6 +348,8 @@ type ppoStep struct {
 	in    PPOStepInput
 	prog  Progress
 	width *concurrency
+	// stopTrainOn ends the SignalTrainOn receiver of a step started ahead.
+	stopTrainOn func(workflow.Context)
 }
 
 // PPOStepWorkflow rolls out the step's tasks with bounded concurrency, leaves
@@ -356,17 +367,10 @@ func (p *ppoStep) setup(ctx workflow.Context) error {
 		return err
 	}
 	if p.in.Ahead {
-		// Kept in the input, so a continue-as-new carries it; receiving issues no command.
-		ch := workflow.GetSignalChannel(ctx, SignalTrainOn)
-		workflow.Go(ctx, func(ctx workflow.Context) {
-			for {
-				var v string
-				if !ch.Receive(ctx, &v) {
-					return
-				}
-				p.in.TrainOn = v
-			}
-		})
+		// Kept in the input, so a continue-as-new carries it (stopped first,
+		// so a signal of the run's last task is applied); no command.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		p.stopTrainOn = receiveUntilStopped(dctx, SignalTrainOn, func(_ workflow.Context, v string) { p.in.TrainOn = v })
 	}
 	return workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return p.status(), nil })
 }
@@ -384,8 +388,12 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		p.in.Began = workflow.Now(ctx)
 	}
 	col, err := collect(ctx, in.RolloutBatch, "ppo", in.Step, &p.prog.Running, &starts, p.width, func(w *BatchWindow) error {
+		width := p.width.final(ctx)
+		if p.stopTrainOn != nil {
+			p.stopTrainOn(ctx)
+		}
 		next := p.in
-		next.Window, next.Concurrency = w, p.width.final(ctx)
+		next.Window, next.Concurrency = w, width
 		return workflow.NewContinueAsNewError(ctx, PPOStepWorkflow, next)
 	})
 	if err != nil {
@@ -395,9 +403,6 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0),
 		MaxStaleness: in.MaxStaleness, Staleness: col.Staleness, Ahead: in.Ahead}
 	rec.CollectSeconds = workflow.Now(ctx).Sub(p.in.Began).Seconds()
-	if err := p.awaitTurn(ctx, &rec); err != nil {
-		return rec, err
-	}
 	excluded := col.Aborted + col.Failed + col.Stale
 	if col.Rollouts == 0 || col.Trained == 0 || float64(excluded)/float64(col.Rollouts) > in.MaxFailedShare {
 		aborted := fmt.Sprintf("aborted %d", col.Aborted)
@@ -407,6 +412,10 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"PPO step %d: %d of %d rollouts left out (%s, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
 			in.Step, excluded, col.Rollouts, aborted, col.Failed, col.Stale, in.MaxFailedShare), errs.PartialBatch, nil)
+	}
+	// A partial batch fails above, before it tells the campaign to start the next step.
+	if err := p.awaitTurn(ctx, &rec); err != nil {
+		return rec, err
 	}
 	rec.RewardMean = col.Reward / float64(col.Trained)
 	rec.ResolvedRate = float64(col.Resolved) / float64(col.Trained)
