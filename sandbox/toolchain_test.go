@@ -91,13 +91,30 @@ func TestToolchainVerifyCmdIsClean(t *testing.T) {
 		t.Errorf("dropped %v", dropped)
 	}
 	run := sandbox.ToolchainRunCmd("/logs/verifier", sandbox.ToolchainStage(), "/app", cmd)
-	for i, c := range append(sandbox.ToolchainKillCmd(), run[:len(run)-len(cmd)-1]...) {
+	for i, c := range append(append(sandbox.ToolchainKillCmd(), sandbox.ToolchainSurveyCmd()...), run[:len(run)-len(cmd)-1]...) {
 		if strings.HasPrefix(c, "/") && !strings.HasPrefix(c, m+"/") {
 			t.Errorf("the kill or prepare step runs %s from the container (argument %d)", c, i)
 		}
 	}
 	if a, b := sandbox.ToolchainStage(), sandbox.ToolchainStage(); a == b || !strings.HasPrefix(a, "/.t1flow-tests-") {
 		t.Errorf("stages %s %s", a, b)
+	}
+}
+
+func TestParseSurvey(t *testing.T) {
+	for _, c := range []struct {
+		out string
+		n   int
+		ok  bool
+	}{
+		{sandbox.ToolchainSurveyLine + " 0\n", 0, true},
+		{"noise\n" + sandbox.ToolchainSurveyLine + " 2\n", 2, true},
+		{"", 0, false}, // killed before it answered
+		{sandbox.ToolchainSurveyLine + " \n", 0, false},
+	} {
+		if n, ok := sandbox.ParseSurvey(c.out); n != c.n || ok != c.ok {
+			t.Errorf("ParseSurvey(%q) = %d, %v; want %d, %v", c.out, n, ok, c.n, c.ok)
+		}
 	}
 }
 
