@@ -1,0 +1,217 @@
+package activities_test
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/docker/docker/errdefs"
+
+	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
+	"github.com/t1flow/t1flow/internal/testenv"
+	"github.com/t1flow/t1flow/sandbox"
+)
+
+// liveTask is a Harbor-format task whose solve.sh starts an HTTP server in
+// the background and whose tests (TB2's test.sh, pytest) query it on
+// 127.0.0.1:8000: Harbor runs them beside the server.
+const liveTask = "examples/harbor-proof/service-from-solution"
+
+// liveRig is one sandbox of liveTask, the way a rollout makes it, and the
+// activities that verify it.
+type liveRig struct {
+	t    *testing.T
+	d    *sandbox.Docker
+	a    *activities.Activities
+	tk   *task.Task
+	ref  task.Ref
+	id   string
+	name string
+}
+
+func newLiveRig(t *testing.T) *liveRig {
+	d := testenv.Docker(t)
+	ctx := context.Background()
+	tk, err := task.Load(filepath.Join(testenv.RepoRoot(), liveTask))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := store.NewLocal(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := task.Bundle(ctx, st, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := d.EnsureTaskImage(ctx, tk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollout := testenv.HostName("live") + "." + strings.ReplaceAll(t.Name(), "/", ".")
+	name := sandbox.ContainerName(rollout, 1)
+	id, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), sandbox.TaskEnv(tk.Config),
+		map[string]string{sandbox.LabelRollout: rollout, sandbox.LabelCampaign: "unit"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Remove(context.Background(), id) })
+	return &liveRig{t: t, d: d, a: &activities.Activities{Docker: d, Store: st, TaskCache: t.TempDir()}, tk: tk, ref: ref, id: id, name: name}
+}
+
+// agent runs script in the sandbox as an agent's command would.
+func (r *liveRig) agent(script string) string {
+	r.t.Helper()
+	res, err := r.d.Exec(context.Background(), r.id, script, sandbox.ExecOptions{Timeout: 2 * time.Minute, User: "root", WorkDir: "/app"})
+	if err != nil || res.ExitCode != 0 {
+		r.t.Fatalf("agent command: exit %d, %v: %s", res.ExitCode, err, res.Output)
+	}
+	return res.Output
+}
+
+func (r *liveRig) verify() activities.VerifyResult {
+	r.t.Helper()
+	start := time.Now()
+	vr, err := r.a.Verify(context.Background(), activities.VerifyInput{
+		Sandbox: activities.Sandbox{ContainerID: r.id, Name: r.name}, Task: r.ref, RolloutID: r.name,
+	})
+	if err != nil {
+		r.t.Fatalf("verify: %v", err)
+	}
+	r.t.Logf("verified in %s: %d/%d passed, resolved %v, reward %v, serving %d, tampered %v\n%s",
+		time.Since(start).Round(time.Millisecond), vr.Passed, vr.Total, vr.Resolved, rewardOf(vr), vr.LiveService, vr.Tampered, vr.Preview)
+	return vr
+}
+
+// leftNothing fails unless the live verifier's container and snapshot are gone.
+func (r *liveRig) leftNothing() {
+	r.t.Helper()
+	ctx := context.Background()
+	if _, err := r.d.Client.ContainerInspect(ctx, sandbox.LiveVerifierName(r.id)); !errdefs.IsNotFound(err) {
+		r.t.Errorf("the live verifier's container is still there (%v)", err)
+	}
+	if _, err := r.d.Client.ImageInspect(ctx, "t1flow-verify:"+r.id); !errdefs.IsNotFound(err) {
+		r.t.Errorf("the live verifier's snapshot is still there (%v)", err)
+	}
+}
+
+func rewardOf(vr activities.VerifyResult) any {
+	if vr.Reward == nil {
+		return nil
+	}
+	return *vr.Reward
+}
+
+// TestVerifyKeepsTheServiceTheSolutionStarted: the oracle of a task whose
+// solve.sh starts a server the tests query resolves, as under Harbor; the
+// server still serves the sandbox afterwards, and nothing of the live
+// verifier is left.
+func TestVerifyKeepsTheServiceTheSolutionStarted(t *testing.T) {
+	r := newLiveRig(t)
+	tests, err := task.TarBytes(r.tk.Dir, "solution", "solution/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.CopyIn(context.Background(), r.id, "/", tests); err != nil {
+		t.Fatal(err)
+	}
+	r.agent("bash /solution/solve.sh")
+	vr := r.verify()
+	if !vr.Resolved || vr.Passed != 3 || vr.Total != 3 || len(vr.Tampered) != 0 {
+		t.Fatalf("the oracle: resolved %v, %d/%d passed, tampered %v, want resolved 3/3", vr.Resolved, vr.Passed, vr.Total, vr.Tampered)
+	}
+	if vr.LiveService == 0 {
+		t.Errorf("verified without seeing the service")
+	}
+	if out := r.agent(sandbox.ToolchainMount + "/bin/curl -sS http://127.0.0.1:8000/health"); out != "ok" {
+		t.Errorf("the server after verification answers %q", out)
+	}
+	r.leftNothing()
+}
+
+// liveAdversary is an agent that solves nothing and leaves a process running
+// that serves wrong answers on the tests' port (so the verifier runs beside
+// it) and, all through verification, kills every process that looks like
+// the verifier's test runner (named uv*, python*, pytest*) and writes the results a pass
+// would leave: reward.txt 1, the runner's mark, no CTRF. Beside tests run in
+// the sandbox itself, it resolves the task (test.sh's own reward.txt is
+// overwritten, and no pytest session reaches the runner's channel to
+// contradict it).
+const liveAdversary = `cat > /tmp/adversary.py <<'PY'
+import http.server, os, signal, threading, time
+
+class Wrong(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b"ok" if self.path == "/health" else b"41")
+    def log_message(self, *args):
+        pass
+
+threading.Thread(target=http.server.HTTPServer(("127.0.0.1", 8000), Wrong).serve_forever, daemon=True).start()
+me, n = os.getpid(), 0
+while True:
+    n += 1
+    for p in os.listdir("/proc"):
+        if not p.isdigit() or int(p) in (1, me):
+            continue
+        try:
+            comm = open("/proc/%s/comm" % p).read().strip()
+        except OSError:
+            continue
+        if comm.startswith(("uv", "python", "pytest")):
+            try:
+                os.kill(int(p), signal.SIGKILL)
+                open("/tmp/adversary.killed", "a").write(p + "\n")
+            except OSError:
+                pass
+    for d, f, body in (("/logs/verifier", "reward.txt", "1\n"), ("/tmp/.t1flow-verify", "runner-started", "")):
+        try:
+            os.makedirs(d, exist_ok=True)
+            open(os.path.join(d, f), "w").write(body)
+        except OSError:
+            pass
+    try:
+        os.remove("/logs/verifier/ctrf.json")
+    except OSError:
+        pass
+    open("/tmp/adversary.rounds", "w").write(str(n))
+    time.sleep(0.002)
+PY
+setsid nohup python3 /tmp/adversary.py >/dev/null 2>&1 </dev/null &
+sleep 1; ` + sandbox.ToolchainMount + `/bin/curl -sS http://127.0.0.1:8000/health`
+
+// TestLiveVerifierIgnoresTheAgentsProcesses: the adversary above runs beside
+// the live verifier for the whole verification (its round counter moves on)
+// and the run stays unresolved, scored on what its wrong server answers.
+func TestLiveVerifierIgnoresTheAgentsProcesses(t *testing.T) {
+	r := newLiveRig(t)
+	if out := r.agent(liveAdversary); out != "ok" {
+		t.Fatalf("the adversary's server answers %q", out)
+	}
+	rounds := func() string {
+		return strings.TrimSpace(r.agent(sandbox.ToolchainMount + "/bin/cat /tmp/adversary.rounds"))
+	}
+	before := rounds()
+	vr := r.verify()
+	after := rounds()
+	if before == after {
+		t.Fatalf("the adversary did not run during verification (round %s before and after)", after)
+	}
+	if vr.LiveService == 0 {
+		t.Fatalf("verified without seeing the adversary's server: the kill-first path, not the live one")
+	}
+	if vr.Resolved || vr.Passed >= vr.Total || vr.Format != "ctrf" || len(vr.Tampered) != 0 {
+		t.Fatalf("the adversary reached the verdict: resolved %v, %d/%d from %q, tampered %v", vr.Resolved, vr.Passed, vr.Total, vr.Format, vr.Tampered)
+	}
+	// The wrong server is what was judged: /health passes, /sum does not,
+	// and /app/server.py was never written.
+	if vr.Passed != 1 || vr.Total != 3 {
+		t.Errorf("%d/%d passed, want 1/3 (health only)", vr.Passed, vr.Total)
+	}
+	r.leftNothing()
+}
