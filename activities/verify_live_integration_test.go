@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -212,6 +213,32 @@ func TestLiveVerifierIgnoresTheAgentsProcesses(t *testing.T) {
 	// and /app/server.py was never written.
 	if vr.Passed != 1 || vr.Total != 3 {
 		t.Errorf("%d/%d passed, want 1/3 (health only)", vr.Passed, vr.Total)
+	}
+	r.leftNothing()
+}
+
+// TestLiveVerifierRefusesAFakeInstaller: examples/cheats/fake-installer.sh
+// leaves a TLS server for astral.sh, trusted by the sandbox's CA store, whose
+// "installer" (TB2's test.sh pipes it into sh) writes reward.txt 1 and the
+// runner's mark and kills test.sh. Its server makes the verification live,
+// and the toolchain's curl refuses its certificate: unresolved, 0/3. With
+// the toolchain's home/.curlrc gone, the installer runs in the verifier and
+// the task resolves 1/1 from reward.txt.
+func TestLiveVerifierRefusesAFakeInstaller(t *testing.T) {
+	r := newLiveRig(t)
+	script, err := os.ReadFile(filepath.Join(testenv.RepoRoot(), "examples/cheats/fake-installer.sh"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := r.agent(string(script)); !strings.Contains(out, "planted") {
+		t.Fatalf("planting: %s", out)
+	}
+	vr := r.verify()
+	if vr.LiveService == 0 {
+		t.Fatalf("verified without seeing the fake installer's server: the kill-first path, not the live one")
+	}
+	if vr.Resolved || vr.Passed != 0 || vr.Total != 3 || vr.Format != "ctrf" {
+		t.Fatalf("the fake installer reached the verdict: resolved %v, %d/%d from %q", vr.Resolved, vr.Passed, vr.Total, vr.Format)
 	}
 	r.leftNothing()
 }

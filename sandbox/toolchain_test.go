@@ -535,3 +535,27 @@ func compact(s []string) []string {
 	}
 	return out
 }
+
+// TestToolchainCurlTrustsOnlyItsOwnCAs plants examples/cheats/fake-installer.sh
+// (a CA of the agent's in the sandbox's trust store, astral.sh pointed at its
+// TLS server in /etc/hosts) and leaves its server running, as a live
+// verification does: the sandbox's own curl downloads the fake installer,
+// the toolchain's curl, run as test.sh runs it, refuses the certificate.
+func TestToolchainCurlTrustsOnlyItsOwnCAs(t *testing.T) {
+	r := newRig(t)
+	id := r.sandbox(r.image(filepath.Join(testenv.RepoRoot(), "examples/tb2/word-frequency"), r.baseTag()))
+	script := readFile(t, filepath.Join(testenv.RepoRoot(), "examples/cheats/fake-installer.sh"))
+	if code, out := r.exec(id, []string{"bash", "-c", script}, nil, ""); code != 0 || !strings.Contains(out, "planted") {
+		t.Fatalf("planting: %d %s", code, out)
+	}
+	url := "https://astral.sh/uv/0.9.5/install.sh"
+	if code, out := r.exec(id, []string{"curl", "-sSf", url}, nil, "/"); code != 0 || !strings.Contains(out, "runner-started") {
+		t.Fatalf("the sandbox's curl did not get the fake installer (exit %d): %s", code, out)
+	}
+	m := sandbox.ToolchainMount
+	code, out := r.exec(id, []string{m + "/bin/env", "-i", "PATH=" + m + "/bin", "HOME=" + m + "/home", m + "/bin/curl", "-sSf", url}, sandbox.ToolchainExecEnv, "/")
+	t.Logf("the toolchain's curl: exit %d: %s", code, strings.TrimSpace(out))
+	if code == 0 || strings.Contains(out, "runner-started") {
+		t.Fatalf("the toolchain's curl trusted the agent's CA (exit %d): %s", code, out)
+	}
+}

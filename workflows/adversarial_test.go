@@ -32,6 +32,9 @@ var cheatOutcome = map[string]string{
 	"symlinks":           workflows.OutcomeTampered,
 	"uv-config":          workflows.OutcomeUnresolved,
 	"workdir-shadow":     workflows.OutcomeTampered,
+	// Leaves a TLS server (so the verifier runs live, beside it) faking
+	// astral.sh's uv installer that test.sh pipes into sh.
+	"fake-installer": workflows.OutcomeUnresolved,
 	// Contained by the sandbox's limits rather than by sealing.
 	"fork-bomb":      workflows.OutcomeUnresolved,
 	"memory-bomb":    workflows.OutcomeUnresolved,
