@@ -2,6 +2,7 @@ package activities_test
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"github.com/docker/docker/errdefs"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/steptime"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
@@ -77,14 +79,19 @@ func (r *liveRig) agent(script string) string {
 func (r *liveRig) verify() activities.VerifyResult {
 	r.t.Helper()
 	start := time.Now()
-	vr, err := r.a.Verify(context.Background(), activities.VerifyInput{
+	clock := &steptime.Clock{}
+	vr, err := r.a.Verify(steptime.With(context.Background(), clock), activities.VerifyInput{
 		Sandbox: activities.Sandbox{ContainerID: r.id, Name: r.name}, Task: r.ref, RolloutID: r.name,
 	})
 	if err != nil {
 		r.t.Fatalf("verify: %v", err)
 	}
-	r.t.Logf("verified in %s: %d/%d passed, resolved %v, reward %v, serving %d, tampered %v\n%s",
-		time.Since(start).Round(time.Millisecond), vr.Passed, vr.Total, vr.Resolved, rewardOf(vr), vr.LiveService, vr.Tampered, vr.Preview)
+	var steps []string
+	for _, s := range clock.Steps() {
+		steps = append(steps, fmt.Sprintf("%s %s", s.Name, s.D.Round(time.Millisecond)))
+	}
+	r.t.Logf("verified in %s (%s): %d/%d passed, resolved %v, reward %v, serving %d, tampered %v\n%s",
+		time.Since(start).Round(time.Millisecond), strings.Join(steps, ", "), vr.Passed, vr.Total, vr.Resolved, rewardOf(vr), vr.LiveService, vr.Tampered, vr.Preview)
 	return vr
 }
 
@@ -239,6 +246,50 @@ func TestLiveVerifierRefusesAFakeInstaller(t *testing.T) {
 	}
 	if vr.Resolved || vr.Passed != 0 || vr.Total != 3 || vr.Format != "ctrf" {
 		t.Fatalf("the fake installer reached the verdict: resolved %v, %d/%d from %q", vr.Resolved, vr.Passed, vr.Total, vr.Format)
+	}
+	r.leftNothing()
+}
+
+// TestVerifyStopsAgentProcessesWhenNothingServes: an agent that leaves a
+// process serving no socket is verified the old way, its process killed
+// first, in the sandbox itself (the cost to compare with the live path's).
+func TestVerifyStopsAgentProcessesWhenNothingServes(t *testing.T) {
+	r := newLiveRig(t)
+	r.agent("setsid nohup sleep 1234 >/dev/null 2>&1 </dev/null & echo started")
+	vr := r.verify()
+	if vr.LiveService != 0 || vr.Resolved || vr.Passed != 0 || vr.Total != 3 {
+		t.Fatalf("serving %d, resolved %v, %d/%d passed; want the kill-first path, 0/3", vr.LiveService, vr.Resolved, vr.Passed, vr.Total)
+	}
+	// (the pattern does not match its own command line; the keepalive's
+	// sleep 86400 is PID 1's, which no kill reaches)
+	if out := r.agent(sandbox.ToolchainMount + "/bin/grep -la '^sleep.123[4]' /proc/[0-9]*/cmdline 2>/dev/null; true"); strings.TrimSpace(out) != "" {
+		t.Errorf("the agent's sleep survived verification: %s", out)
+	}
+	if _, err := r.d.Client.ContainerInspect(context.Background(), sandbox.LiveVerifierName(r.id)); !errdefs.IsNotFound(err) {
+		t.Errorf("a live verifier was made (%v)", err)
+	}
+}
+
+// TestLiveVerifierRefusesALargeLayer: a sandbox that wrote more than
+// sandbox.LiveVerifierMaxMB (lowered to 16 here) is verified kill-first even
+// with a service running: its snapshot would cost the host that much disk
+// again. The oracle's server is stopped with it (1/3), and the record says why.
+func TestLiveVerifierRefusesALargeLayer(t *testing.T) {
+	old := sandbox.LiveVerifierMaxMB
+	sandbox.LiveVerifierMaxMB = 16
+	t.Cleanup(func() { sandbox.LiveVerifierMaxMB = old })
+	r := newLiveRig(t)
+	tests, err := task.TarBytes(r.tk.Dir, "solution", "solution/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.CopyIn(context.Background(), r.id, "/", tests); err != nil {
+		t.Fatal(err)
+	}
+	r.agent("bash /solution/solve.sh && head -c 40000000 /dev/urandom > /app/blob && sync")
+	vr := r.verify()
+	if vr.LiveService != 0 || !strings.Contains(vr.LiveRefused, "over the 16 MB") || vr.Passed != 1 || vr.Total != 3 {
+		t.Fatalf("serving %d (%q), %d/%d passed; want the kill-first path at 1/3", vr.LiveService, vr.LiveRefused, vr.Passed, vr.Total)
 	}
 	r.leftNothing()
 }

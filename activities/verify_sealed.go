@@ -84,11 +84,14 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	}
 	var thaw func(context.Context) error
 	if serving > 0 {
-		vr.LiveService = serving
-		if thaw, err = a.Docker.FreezeForVerifier(ctx, id); err != nil {
+		if thaw, err = a.freezeForLive(ctx, ins, serving, &vr); err != nil {
 			return VerifyResult{}, sandboxErr(err, "freeze %s", in.Sandbox.Name)
 		}
-		defer thaw(context.WithoutCancel(ctx))
+		if thaw == nil {
+			serving = 0
+		} else {
+			defer thaw(context.WithoutCancel(ctx))
+		}
 	}
 	end = steptime.Start(ctx, StepTamperCheck)
 	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins, a.Docker.Debs())
@@ -137,7 +140,8 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if err != nil {
 		return VerifyResult{}, err
 	}
-	res.Tampered, res.StorageLimit, res.DroppedEnv, res.LiveService = RunnerDisagrees(res, channel), vr.StorageLimit, vr.DroppedEnv, vr.LiveService
+	res.Tampered, res.StorageLimit, res.DroppedEnv = RunnerDisagrees(res, channel), vr.StorageLimit, vr.DroppedEnv
+	res.LiveService, res.LiveRefused = vr.LiveService, vr.LiveRefused
 	end = steptime.Start(ctx, StepArtifacts)
 	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
 	end()
@@ -161,6 +165,34 @@ func (a *Activities) survey(ctx context.Context, id string) (int, error) {
 	}
 	_, err := a.sealedExec(ctx, id, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
 	return 0, err
+}
+
+// freezeForLive freezes a sandbox whose agent's processes serve sockets
+// for the live verifier and returns the thaw; or, when what the agent wrote
+// is too large to snapshot (sandbox.LiveVerifierMaxMB) or cannot be
+// measured, thaws it, stops the agent's processes and returns nil: the
+// kill-first path, with the reason in vr.LiveRefused.
+func (a *Activities) freezeForLive(ctx context.Context, ins container.InspectResponse, serving int, vr *VerifyResult) (func(context.Context) error, error) {
+	thaw, err := a.Docker.FreezeForVerifier(ctx, ins.ID)
+	if err != nil {
+		return nil, err
+	}
+	mb, err := a.Docker.WrittenMB(ctx, ins)
+	if err == nil && mb <= sandbox.LiveVerifierMaxMB {
+		vr.LiveService = serving
+		return thaw, nil
+	}
+	if err != nil {
+		vr.LiveRefused = fmt.Sprintf("%d sockets served, but the size of what the agent wrote is unknown (%v): verified kill-first", serving, err)
+	} else {
+		vr.LiveRefused = fmt.Sprintf("%d sockets served, but the agent wrote %d MB, over the %d MB a live verifier snapshots: verified kill-first", serving, mb, sandbox.LiveVerifierMaxMB)
+	}
+	fmt.Fprintf(a.Docker.Log, "sandbox: %s: %s\n", ins.Name, vr.LiveRefused)
+	if err := thaw(ctx); err != nil {
+		return nil, err
+	}
+	_, err = a.sealedExec(ctx, ins.ID, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
+	return nil, err
 }
 
 // runSealed copies the task's tests into a fresh staging directory and runs

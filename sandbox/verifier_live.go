@@ -32,6 +32,14 @@ import (
 //     sandbox, and RemoveLiveVerifier (also called by Remove) deletes the
 //     container and the snapshot.
 
+// LiveVerifierMaxMB bounds the writable layer a live verifier snapshots:
+// docker commit copies it (about 10 s and the layer's size again on disk per
+// GB here, outside the sandbox's storage_mb), so an agent that filled a large
+// storage_mb and left a listener could otherwise slow the host and fill its
+// disk. A sandbox that wrote more is verified kill-first: its service is
+// stopped, as before the live verifier.
+var LiveVerifierMaxMB int64 = 2048
+
 // LabelVerifierOf marks a live verifier's container with the sandbox it
 // verifies; it goes when its sandbox goes (Remove), if not before.
 const LabelVerifierOf = "t1flow.verifier-of"
