@@ -76,6 +76,19 @@ func (r *liveRig) agent(script string) string {
 	return res.Output
 }
 
+// oracle copies the task's solution in and runs solve.sh, then then.
+func (r *liveRig) oracle(then string) {
+	r.t.Helper()
+	sol, err := task.TarBytes(r.tk.Dir, "solution", "solution/")
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if err := r.d.CopyIn(context.Background(), r.id, "/", sol); err != nil {
+		r.t.Fatal(err)
+	}
+	r.agent("bash /solution/solve.sh" + then)
+}
+
 func (r *liveRig) verify() activities.VerifyResult {
 	r.t.Helper()
 	start := time.Now()
@@ -120,14 +133,7 @@ func rewardOf(vr activities.VerifyResult) any {
 // verifier is left.
 func TestVerifyKeepsTheServiceTheSolutionStarted(t *testing.T) {
 	r := newLiveRig(t)
-	tests, err := task.TarBytes(r.tk.Dir, "solution", "solution/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.d.CopyIn(context.Background(), r.id, "/", tests); err != nil {
-		t.Fatal(err)
-	}
-	r.agent("bash /solution/solve.sh")
+	r.oracle("")
 	vr := r.verify()
 	if !vr.Resolved || vr.Passed != 3 || vr.Total != 3 || len(vr.Tampered) != 0 {
 		t.Fatalf("the oracle: resolved %v, %d/%d passed, tampered %v, want resolved 3/3", vr.Resolved, vr.Passed, vr.Total, vr.Tampered)
@@ -279,14 +285,7 @@ func TestLiveVerifierRefusesALargeLayer(t *testing.T) {
 	sandbox.LiveVerifierMaxMB = 16
 	t.Cleanup(func() { sandbox.LiveVerifierMaxMB = old })
 	r := newLiveRig(t)
-	tests, err := task.TarBytes(r.tk.Dir, "solution", "solution/")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := r.d.CopyIn(context.Background(), r.id, "/", tests); err != nil {
-		t.Fatal(err)
-	}
-	r.agent("bash /solution/solve.sh && head -c 40000000 /dev/urandom > /app/blob && sync")
+	r.oracle(" && head -c 40000000 /dev/urandom > /app/blob && sync")
 	vr := r.verify()
 	if vr.LiveService != 0 || !strings.Contains(vr.LiveRefused, "over the 16 MB") || vr.Passed != 1 || vr.Total != 3 {
 		t.Fatalf("serving %d (%q), %d/%d passed; want the kill-first path at 1/3", vr.LiveService, vr.LiveRefused, vr.Passed, vr.Total)
