@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -289,6 +290,54 @@ func TestLiveVerifierRefusesALargeLayer(t *testing.T) {
 	vr := r.verify()
 	if vr.LiveService != 0 || !strings.Contains(vr.LiveRefused, "over the 16 MB") || vr.Passed != 1 || vr.Total != 3 {
 		t.Fatalf("serving %d (%q), %d/%d passed; want the kill-first path at 1/3", vr.LiveService, vr.LiveRefused, vr.Passed, vr.Total)
+	}
+	r.leftNothing()
+}
+
+// TestLiveVerifierOutlastsAForkBomb: the oracle's server with a fork bomb
+// left beside it. The bomb fills the sandbox's pids limit and CPU share, not
+// the verifier's: the verification ends, scored, well within its timeout
+// (an exec into the full sandbox may fail to start, an infrastructure error
+// the workflow retries: so here, up to three attempts).
+func TestLiveVerifierOutlastsAForkBomb(t *testing.T) {
+	r := newLiveRig(t)
+	r.oracle(" && (bash -c ':(){ :|:& };:' >/dev/null 2>&1 &) ; sleep 3")
+	// The sandbox's process count, from its pids cgroup on this host (v1 or v2).
+	pids := func() int {
+		for _, p := range []string{"/sys/fs/cgroup/pids/docker/" + r.id + "/pids.current", "/sys/fs/cgroup/system.slice/docker-" + r.id + ".scope/pids.current"} {
+			if b, err := os.ReadFile(p); err == nil {
+				n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+				return n
+			}
+		}
+		return -1
+	}
+	before := pids()
+	start := time.Now()
+	var vr activities.VerifyResult
+	var err error
+	for attempt := 1; attempt <= 3; attempt++ {
+		vr, err = r.a.Verify(context.Background(), activities.VerifyInput{
+			Sandbox: activities.Sandbox{ContainerID: r.id, Name: r.name}, Task: r.ref, RolloutID: r.name,
+		})
+		t.Logf("attempt %d after %s: %d/%d passed, serving %d, %v", attempt, time.Since(start).Round(time.Millisecond), vr.Passed, vr.Total, vr.LiveService, err)
+		if err == nil {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("verification never ended scored: %v", err)
+	}
+	if vr.Total != 3 || len(vr.Tampered) != 0 {
+		t.Fatalf("%d/%d, tampered %v", vr.Passed, vr.Total, vr.Tampered)
+	}
+	if took := time.Since(start); took > 3*time.Minute {
+		t.Errorf("took %s", took)
+	}
+	after := pids()
+	t.Logf("sandbox processes: %d before verification, %d after (pids limit %d)", before, after, r.tk.Config.Pids)
+	if before >= 0 && (before < 100 || after < 100) {
+		t.Errorf("the fork bomb was not running beside the verifier: %d processes before, %d after", before, after)
 	}
 	r.leftNothing()
 }
