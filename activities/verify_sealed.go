@@ -47,8 +47,10 @@ var VerifySteps = []string{StepFetchTask, StepInspect, StepKill, StepTamperCheck
 // interpreter and pytest. When the agent's processes serve a socket (a
 // service solve.sh started), they are frozen instead of stopped, checked,
 // snapshotted and left serving, and the tests run in a container of their
-// own made from the snapshot, on the sandbox's network (Docker.StartLiveVerifier). A verifier that crashes, times out, writes nothing
-// or whose test runner never started is a VerifierError, never a reward of 0.
+// own made from the snapshot, on the sandbox's network
+// (Docker.StartLiveVerifier). A verifier that crashes, times out, writes
+// nothing or whose test runner never started is a VerifierError, never a
+// reward of 0.
 func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
 	if a.Sleep > 0 {
 		return a.sleepVerify(ctx)

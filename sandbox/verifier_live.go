@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
@@ -82,9 +81,6 @@ func (d *Docker) FreezeForVerifier(ctx context.Context, id string) (thaw func(co
 // LiveVerifier is a running live verifier container.
 type LiveVerifier struct {
 	ID string
-	// Commit is how long docker commit of the frozen sandbox took;
-	// Start the creation and start of the verifier's container.
-	Commit, Start time.Duration
 }
 
 // StartLiveVerifier snapshots the frozen sandbox ins (FreezeForVerifier,
@@ -121,7 +117,6 @@ func (d *Docker) StartLiveVerifier(ctx context.Context, ins container.InspectRes
 	// sandboxes while it runs, and the reaper removes a leftover with its
 	// rollout's sandbox.
 	labels := map[string]string{LabelVerifierOf: id}
-	start := time.Now()
 	snap, err := d.Client.ContainerCommit(ctx, id, container.CommitOptions{
 		Reference: liveSnapshotRef(id),
 		Comment:   "t1flow: the sandbox as its agent left it, for the live verifier",
@@ -130,11 +125,9 @@ func (d *Docker) StartLiveVerifier(ctx context.Context, ins container.InspectRes
 	if err != nil {
 		return lv, fmt.Errorf("docker commit %s: %w", id, err)
 	}
-	lv.Commit = time.Since(start)
 	if err := thaw(ctx); err != nil {
 		return lv, fmt.Errorf("docker unpause %s: %w", id, err)
 	}
-	start = time.Now()
 	hc := &container.HostConfig{
 		// The sandbox's network namespace, nothing else of it: localhost is
 		// the service's, processes and files are the verifier's own.
@@ -171,7 +164,6 @@ func (d *Docker) StartLiveVerifier(ctx context.Context, ins container.InspectRes
 	if err := d.Client.ContainerStart(ctx, resp.ID, container.StartOptions{}); err != nil {
 		return lv, fmt.Errorf("docker start %s: %w", LiveVerifierName(id), err)
 	}
-	lv.Start = time.Since(start)
 	return lv, nil
 }
 
