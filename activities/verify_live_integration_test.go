@@ -341,3 +341,32 @@ func TestLiveVerifierOutlastsAForkBomb(t *testing.T) {
 	}
 	r.leftNothing()
 }
+
+// TestLiveVerifierAfterACrashedAttempt: an attempt that died with a live
+// verifier running and the sandbox frozen (a worker killed mid-verification)
+// leaves both behind; the retry thaws the sandbox, replaces the verifier and
+// resolves, and nothing is left after it.
+func TestLiveVerifierAfterACrashedAttempt(t *testing.T) {
+	r := newLiveRig(t)
+	r.oracle("")
+	ctx := context.Background()
+	thaw, err := r.d.FreezeForVerifier(ctx, r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ins, err := r.d.Client.ContainerInspect(ctx, r.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.d.StartLiveVerifier(ctx, ins, thaw); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.d.Client.ContainerPause(ctx, r.id); err != nil {
+		t.Fatal(err)
+	}
+	vr := r.verify()
+	if !vr.Resolved || vr.Passed != 3 || vr.LiveService == 0 {
+		t.Fatalf("the retry: resolved %v, %d/%d, serving %d; want resolved 3/3 live", vr.Resolved, vr.Passed, vr.Total, vr.LiveService)
+	}
+	r.leftNothing()
+}
