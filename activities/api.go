@@ -230,6 +230,15 @@ type VerifyResult struct {
 	// DroppedEnv are image or verifier.env variables the sealed verifier
 	// left out (they could redirect its shell, interpreter or loader).
 	DroppedEnv []string `json:"dropped_env,omitempty"`
+	// LiveService is how many sockets the agent's processes served when
+	// verification began; when not 0 they kept running, and the tests ran
+	// beside them in a verifier container of their own (docs/verification.md,
+	// "A service the solution started").
+	LiveService int `json:"live_service,omitempty"`
+	// LiveRefused says why a sandbox whose agent's processes served a socket
+	// was verified kill-first all the same (its writable layer too large to
+	// snapshot).
+	LiveRefused string `json:"live_refused,omitempty"`
 	// Artifacts are task.toml's artifacts and /logs/artifacts, each a tar in
 	// the artifact store.
 	Artifacts []CollectedArtifact `json:"artifacts,omitempty"`

@@ -29,6 +29,7 @@ const (
 	StepInspect     = "inspect"
 	StepKill        = "first exec: stop agent processes"
 	StepTamperCheck = "tamper check"
+	StepSnapshot    = "live verifier: commit and start"
 	StepCopyTests   = "copy tests in"
 	StepTestSh      = "test.sh exec"
 	StepResults     = "copy results out"
@@ -36,15 +37,20 @@ const (
 )
 
 // VerifySteps are Verify's steps in the order they run.
-var VerifySteps = []string{StepFetchTask, StepInspect, StepKill, StepTamperCheck, StepCopyTests, StepTestSh, StepResults, StepArtifacts}
+var VerifySteps = []string{StepFetchTask, StepInspect, StepKill, StepTamperCheck, StepSnapshot, StepCopyTests, StepTestSh, StepResults, StepArtifacts}
 
 // Verify scores the agent phase with the sealed verifier
 // (docs/verification.md): every agent process is stopped, the sandbox's
 // filesystem is compared with its image (a change verification depends on
 // makes the rollout tampered and the tests never run), the held-out tests are
 // copied in, and tests/test.sh runs under the read-only toolchain's shell,
-// interpreter and pytest. A verifier that crashes, times out, writes nothing
-// or whose test runner never started is a VerifierError, never a reward of 0.
+// interpreter and pytest. When the agent's processes serve a socket (a
+// service solve.sh started), they are frozen instead of stopped, checked,
+// snapshotted and left serving, and the tests run in a container of their
+// own made from the snapshot, on the sandbox's network
+// (Docker.StartLiveVerifier). A verifier that crashes, times out, writes
+// nothing or whose test runner never started is a VerifierError, never a
+// reward of 0.
 func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
 	if a.Sleep > 0 {
 		return a.sleepVerify(ctx)
@@ -68,12 +74,26 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		// be verified sealed.
 		return VerifyResult{}, errs.SandboxGonef("%s: %v", in.Sandbox.Name, sandbox.ErrToolchainMissing)
 	}
-	// Nothing of the agent's may run while the filesystem is checked.
+	// Nothing of the agent's may run while the filesystem is checked: the
+	// survey stops every agent process, unless they serve a socket the tests
+	// may talk to; then they are frozen for the check and the snapshot, and
+	// the verifier runs beside them in a container of its own.
 	end = steptime.Start(ctx, StepKill)
-	_, err = a.sealedExec(ctx, id, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
+	serving, err := a.survey(ctx, id)
 	end()
 	if err != nil {
 		return VerifyResult{}, sandboxErr(err, "stop the agent's processes in %s", in.Sandbox.Name)
+	}
+	var thaw func(context.Context) error
+	if serving > 0 {
+		if thaw, err = a.freezeForLive(ctx, ins, serving, &vr); err != nil {
+			return VerifyResult{}, sandboxErr(err, "freeze %s", in.Sandbox.Name)
+		}
+		if thaw == nil {
+			serving = 0
+		} else {
+			defer thaw(context.WithoutCancel(ctx))
+		}
 	}
 	end = steptime.Start(ctx, StepTamperCheck)
 	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins, a.Docker.Debs())
@@ -84,6 +104,19 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if len(findings) > 0 {
 		vr.Tampered = findings
 		return vr, nil
+	}
+	if serving > 0 {
+		end = steptime.Start(ctx, StepSnapshot)
+		stop := heartbeat.Every(ctx, 5*time.Second, nil) // a large layer takes a while to commit
+		lv, err := a.Docker.StartLiveVerifier(ctx, ins, thaw)
+		stop()
+		end()
+		if err != nil {
+			return VerifyResult{}, sandboxErr(err, "start the live verifier of %s", in.Sandbox.Name)
+		}
+		defer a.Docker.RemoveLiveVerifier(context.WithoutCancel(ctx), id)
+		// Everything from here on happens in the verifier's container.
+		in.Sandbox.ContainerID, in.Sandbox.Name = lv.ID, in.Sandbox.Name+" (live verifier)"
 	}
 	timeout := in.TimeoutSec
 	if timeout <= 0 {
@@ -110,6 +143,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		return VerifyResult{}, err
 	}
 	res.Tampered, res.StorageLimit, res.DroppedEnv = RunnerDisagrees(res, channel), vr.StorageLimit, vr.DroppedEnv
+	res.LiveService, res.LiveRefused = vr.LiveService, vr.LiveRefused
 	end = steptime.Start(ctx, StepArtifacts)
 	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
 	end()
@@ -117,6 +151,50 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		return VerifyResult{}, err
 	}
 	return res, nil
+}
+
+// survey runs ToolchainSurveyCmd: the number of sockets the agent's
+// processes serve, which are then left running, or 0 once they are all
+// stopped. A survey that gave no answer (killed by the agent's processes, or
+// no room under the pids limit) stops them the old way.
+func (a *Activities) survey(ctx context.Context, id string) (int, error) {
+	var stdout bytes.Buffer
+	if _, err := a.sealedExec(ctx, id, sandbox.ToolchainSurveyCmd(), "/", time.Minute, "prepare", &stdout); err != nil {
+		return 0, err
+	}
+	if n, ok := sandbox.ParseSurvey(stdout.String()); ok {
+		return n, nil
+	}
+	_, err := a.sealedExec(ctx, id, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
+	return 0, err
+}
+
+// freezeForLive freezes a sandbox whose agent's processes serve sockets
+// for the live verifier and returns the thaw; or, when what the agent wrote
+// is too large to snapshot (sandbox.LiveVerifierMaxMB) or cannot be
+// measured, thaws it, stops the agent's processes and returns nil: the
+// kill-first path, with the reason in vr.LiveRefused.
+func (a *Activities) freezeForLive(ctx context.Context, ins container.InspectResponse, serving int, vr *VerifyResult) (func(context.Context) error, error) {
+	thaw, err := a.Docker.FreezeForVerifier(ctx, ins.ID)
+	if err != nil {
+		return nil, err
+	}
+	mb, err := a.Docker.WrittenMB(ctx, ins)
+	if err == nil && mb <= sandbox.LiveVerifierMaxMB {
+		vr.LiveService = serving
+		return thaw, nil
+	}
+	if err != nil {
+		vr.LiveRefused = fmt.Sprintf("%d sockets served, but the size of what the agent wrote is unknown (%v): verified kill-first", serving, err)
+	} else {
+		vr.LiveRefused = fmt.Sprintf("%d sockets served, but the agent wrote %d MB, over the %d MB a live verifier snapshots: verified kill-first", serving, mb, sandbox.LiveVerifierMaxMB)
+	}
+	fmt.Fprintf(a.Docker.Log, "sandbox: %s: %s\n", ins.Name, vr.LiveRefused)
+	if err := thaw(ctx); err != nil {
+		return nil, err
+	}
+	_, err = a.sealedExec(ctx, ins.ID, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
+	return nil, err
 }
 
 // runSealed copies the task's tests into a fresh staging directory and runs
@@ -173,6 +251,14 @@ func (a *Activities) verifiable(ctx context.Context, id string, vr *VerifyResult
 	ins, err := a.Docker.Client.ContainerInspect(ctx, id)
 	if err != nil {
 		return ins, err
+	}
+	if ins.State != nil && ins.State.Paused {
+		// An attempt that froze it for a live verifier and died: nothing
+		// can exec in a paused sandbox, and it starts again from the survey.
+		if err := a.Docker.Client.ContainerUnpause(ctx, id); err != nil {
+			return ins, err
+		}
+		return a.Docker.Client.ContainerInspect(ctx, id)
 	}
 	if ins.State != nil && !ins.State.Running && vr.StorageLimit {
 		if err := a.Docker.Client.ContainerStart(ctx, id, container.StartOptions{}); err != nil {

@@ -180,9 +180,14 @@ func hostConfig(lim Limits) *container.HostConfig {
 	}
 }
 
-// Remove force-removes a container and its anonymous volumes; one already
-// gone (or going) is success.
+// Remove force-removes a container and its anonymous volumes, and a
+// sandbox's live verifier (RemoveLiveVerifier); one already gone (or going)
+// is success.
 func (d *Docker) Remove(ctx context.Context, id string) error {
+	// A live verifier that a crash left behind goes with its sandbox.
+	if err := d.RemoveLiveVerifier(ctx, id); err != nil {
+		return errs.Infraf("remove the live verifier of %s: %v", id, err)
+	}
 	err := d.Client.ContainerRemove(ctx, id, container.RemoveOptions{Force: true, RemoveVolumes: true})
 	if err == nil || errdefs.IsNotFound(err) {
 		return nil

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/docker/docker/api/types/container"
 )
 
 // VerifierHeadroomMB is what the sealed verifier may write in a sandbox whose
@@ -44,20 +46,16 @@ func (d *Docker) OpenDiskForVerifier(ctx context.Context, id string) (full bool,
 		fmt.Fprintf(d.Log, "sandbox: WARNING: %s: the verifier's headroom is raised for the btrfs driver only, not %s: a sandbox its agent filled may fail to verify\n", id, ins.GraphDriver.Name)
 		return false, nil
 	}
-	info, err := d.Client.Info(ctx)
+	root, m, err := d.btrfsSubvolume(ctx, ins)
 	if err != nil {
 		return false, err
 	}
-	mid, err := os.ReadFile(filepath.Join(info.DockerRootDir, "image/btrfs/layerdb/mounts", ins.ID, "mount-id"))
-	if err != nil {
-		return false, fmt.Errorf("sandbox %s: its btrfs subvolume (is the daemon on this host?): %w", id, err)
-	}
-	m := strings.TrimSpace(string(mid))
-	sub := filepath.Join(info.DockerRootDir, "btrfs/subvolumes", m)
-	full, qgroup, err := qgroupFull(ctx, sub)
+	sub := filepath.Join(root, "btrfs/subvolumes", m)
+	q, err := qgroupOf(ctx, sub)
 	if err != nil {
 		return false, fmt.Errorf("sandbox %s: %w", id, err)
 	}
+	full, qgroup := q.full(), q.id
 	// The group named must be this subvolume's own (0/<its root ID>): the
 	// limit below is set by ID, and another sandbox's must never be raised.
 	rid, err := exec.CommandContext(ctx, "btrfs", "inspect-internal", "rootid", sub).CombinedOutput()
@@ -70,7 +68,7 @@ func (d *Docker) OpenDiskForVerifier(ctx context.Context, id string) (full bool,
 	limit := (mb + VerifierHeadroomMB) << 20
 	// The driver applies the size recorded here again each time it mounts
 	// the subvolume (docker cp does): it must say the raised one.
-	if err := os.WriteFile(filepath.Join(info.DockerRootDir, "btrfs/quotas", m), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(root, "btrfs/quotas", m), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
 		return false, fmt.Errorf("sandbox %s: record its raised size: %w", id, err)
 	}
 	// The limit is set by quota group ID through the directory that holds
@@ -86,24 +84,74 @@ func (d *Docker) OpenDiskForVerifier(ctx context.Context, id string) (full bool,
 	return full, nil
 }
 
-// qgroupFull says whether the subvolume's quota group holds its limit, to
-// within 1 MB (the agent ran out of storage_mb), and names the group (0/N).
-func qgroupFull(ctx context.Context, sub string) (bool, string, error) {
+// btrfsSubvolume names a btrfs-driver container's subvolume: the daemon's
+// root directory and the layer's mount ID (its subvolume is
+// <root>/btrfs/subvolumes/<mount ID>). The daemon must be on this host.
+func (d *Docker) btrfsSubvolume(ctx context.Context, ins container.InspectResponse) (root, mountID string, err error) {
+	info, err := d.Client.Info(ctx)
+	if err != nil {
+		return "", "", err
+	}
+	mid, err := os.ReadFile(filepath.Join(info.DockerRootDir, "image/btrfs/layerdb/mounts", ins.ID, "mount-id"))
+	if err != nil {
+		return "", "", fmt.Errorf("sandbox %s: its btrfs subvolume (is the daemon on this host?): %w", ins.ID, err)
+	}
+	return info.DockerRootDir, strings.TrimSpace(string(mid)), nil
+}
+
+// qgroup is one subvolume's quota group as btrfs qgroup show -ref reports it.
+type qgroup struct {
+	id                  string // 0/N
+	rfer, excl, maxRfer int64
+}
+
+// full says whether the group holds its limit, to within 1 MB (the agent ran
+// out of storage_mb).
+func (q qgroup) full() bool { return q.rfer >= q.maxRfer-1<<20 }
+
+// qgroupOf reads the subvolume's quota group.
+func qgroupOf(ctx context.Context, sub string) (qgroup, error) {
 	out, err := exec.CommandContext(ctx, "btrfs", "qgroup", "show", "-ref", "--raw", sub).CombinedOutput()
 	if err != nil {
-		return false, "", fmt.Errorf("btrfs qgroup show %s: %v: %s", sub, err, strings.TrimSpace(string(out)))
+		return qgroup{}, fmt.Errorf("btrfs qgroup show %s: %v: %s", sub, err, strings.TrimSpace(string(out)))
 	}
 	for _, line := range strings.Split(string(out), "\n") {
 		f := strings.Fields(line)
 		if len(f) < 4 || !strings.HasPrefix(f[0], "0/") {
 			continue
 		}
-		used, err1 := strconv.ParseInt(f[1], 10, 64)
-		lim, err2 := strconv.ParseInt(f[3], 10, 64)
-		if err1 != nil || err2 != nil {
+		rfer, err1 := strconv.ParseInt(f[1], 10, 64)
+		excl, err2 := strconv.ParseInt(f[2], 10, 64)
+		lim, err3 := strconv.ParseInt(f[3], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil {
 			break
 		}
-		return used >= lim-1<<20, f[0], nil
+		return qgroup{id: f[0], rfer: rfer, excl: excl, maxRfer: lim}, nil
 	}
-	return false, "", fmt.Errorf("btrfs qgroup show %s: no quota group line in %q", sub, out)
+	return qgroup{}, fmt.Errorf("btrfs qgroup show %s: no quota group line in %q", sub, out)
+}
+
+// WrittenMB is how much the sandbox wrote to its writable layer, in MB:
+// its btrfs quota group's exclusive bytes where the btrfs driver limits it
+// (which reports no SizeRw under simple quotas), else docker's SizeRw.
+func (d *Docker) WrittenMB(ctx context.Context, ins container.InspectResponse) (int64, error) {
+	if ins.GraphDriver.Name == "btrfs" && ins.HostConfig.StorageOpt["size"] != "" {
+		root, m, err := d.btrfsSubvolume(ctx, ins)
+		if err != nil {
+			return 0, err
+		}
+		q, err := qgroupOf(ctx, filepath.Join(root, "btrfs/subvolumes", m))
+		if err != nil {
+			return 0, err
+		}
+		return q.excl >> 20, nil
+	}
+	n, err := DiskUsage(ctx, d.Client, ins.ID)
+	if err != nil {
+		return 0, err
+	}
+	if n < 0 {
+		return 0, fmt.Errorf("sandbox %s: the %s driver reports no writable-layer size", ins.ID, ins.GraphDriver.Name)
+	}
+	return n >> 20, nil
 }

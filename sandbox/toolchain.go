@@ -96,6 +96,10 @@ cp -L /lib64/ld-linux-x86-64.so.2 $out/lib/
 # glibc loads libgcc_s by name to unwind a thread that exits: the loader
 # finds it only on the toolchain's run path.
 cp -L /lib/x86_64-linux-gnu/libgcc_s.so.1 $out/lib/ 2>/dev/null || true
+# The CAs the toolchain's curl trusts (home/.curlrc): the base image's, never
+# the sandbox's /etc/ssl, which the agent can add its own CA to.
+mkdir -p $out/etc/certs
+cp -L /etc/ssl/certs/ca-certificates.crt $out/etc/ca-certificates.crt
 `
 
 // The toolchain's loader must not read the container's preload list or

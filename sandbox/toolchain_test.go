@@ -91,13 +91,30 @@ func TestToolchainVerifyCmdIsClean(t *testing.T) {
 		t.Errorf("dropped %v", dropped)
 	}
 	run := sandbox.ToolchainRunCmd("/logs/verifier", sandbox.ToolchainStage(), "/app", cmd)
-	for i, c := range append(sandbox.ToolchainKillCmd(), run[:len(run)-len(cmd)-1]...) {
+	for i, c := range append(append(sandbox.ToolchainKillCmd(), sandbox.ToolchainSurveyCmd()...), run[:len(run)-len(cmd)-1]...) {
 		if strings.HasPrefix(c, "/") && !strings.HasPrefix(c, m+"/") {
 			t.Errorf("the kill or prepare step runs %s from the container (argument %d)", c, i)
 		}
 	}
 	if a, b := sandbox.ToolchainStage(), sandbox.ToolchainStage(); a == b || !strings.HasPrefix(a, "/.t1flow-tests-") {
 		t.Errorf("stages %s %s", a, b)
+	}
+}
+
+func TestParseSurvey(t *testing.T) {
+	for _, c := range []struct {
+		out string
+		n   int
+		ok  bool
+	}{
+		{sandbox.ToolchainSurveyLine + " 0\n", 0, true},
+		{"noise\n" + sandbox.ToolchainSurveyLine + " 2\n", 2, true},
+		{"", 0, false}, // killed before it answered
+		{sandbox.ToolchainSurveyLine + " \n", 0, false},
+	} {
+		if n, ok := sandbox.ParseSurvey(c.out); n != c.n || ok != c.ok {
+			t.Errorf("ParseSurvey(%q) = %d, %v; want %d, %v", c.out, n, ok, c.n, c.ok)
+		}
 	}
 }
 
@@ -517,4 +534,28 @@ func compact(s []string) []string {
 		}
 	}
 	return out
+}
+
+// TestToolchainCurlTrustsOnlyItsOwnCAs plants examples/cheats/fake-installer.sh
+// (a CA of the agent's in the sandbox's trust store, astral.sh pointed at its
+// TLS server in /etc/hosts) and leaves its server running, as a live
+// verification does: the sandbox's own curl downloads the fake installer,
+// the toolchain's curl, run as test.sh runs it, refuses the certificate.
+func TestToolchainCurlTrustsOnlyItsOwnCAs(t *testing.T) {
+	r := newRig(t)
+	id := r.sandbox(r.image(filepath.Join(testenv.RepoRoot(), "examples/tb2/word-frequency"), r.baseTag()))
+	script := readFile(t, filepath.Join(testenv.RepoRoot(), "examples/cheats/fake-installer.sh"))
+	if code, out := r.exec(id, []string{"bash", "-c", script}, nil, ""); code != 0 || !strings.Contains(out, "planted") {
+		t.Fatalf("planting: %d %s", code, out)
+	}
+	url := "https://astral.sh/uv/0.9.5/install.sh"
+	if code, out := r.exec(id, []string{"curl", "-sSf", url}, nil, "/"); code != 0 || !strings.Contains(out, "runner-started") {
+		t.Fatalf("the sandbox's curl did not get the fake installer (exit %d): %s", code, out)
+	}
+	m := sandbox.ToolchainMount
+	code, out := r.exec(id, []string{m + "/bin/env", "-i", "PATH=" + m + "/bin", "HOME=" + m + "/home", m + "/bin/curl", "-sSf", url}, sandbox.ToolchainExecEnv, "/")
+	t.Logf("the toolchain's curl: exit %d: %s", code, strings.TrimSpace(out))
+	if code == 0 || strings.Contains(out, "runner-started") {
+		t.Fatalf("the toolchain's curl trusted the agent's CA (exit %d): %s", code, out)
+	}
 }

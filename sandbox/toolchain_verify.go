@@ -33,6 +33,48 @@ func ToolchainKillCmd() []string {
 	return toolchainSh(`kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; exit 0`)
 }
 
+// ToolchainSurveyCmd is the first exec of a sealed verification: it counts
+// the sockets something in the sandbox serves on (TCP listening, UDP bound:
+// /proc/net of the sandbox's network namespace, read with the toolchain's
+// bash builtins alone) and prints "<ToolchainSurveyLine> <n>" on stdout. With
+// none, it then stops every agent process as ToolchainKillCmd does, so a
+// sandbox with no service costs the same one exec as before. With some, it
+// stops nothing: the agent left a service the tests may talk to, and the
+// verifier runs beside it in a container of its own (Docker.StartLiveVerifier).
+// Docker's embedded DNS (127.0.0.11) is not the agent's and is not counted.
+// Run it as root, with Env ToolchainExecEnv.
+func ToolchainSurveyCmd() []string {
+	return toolchainSh(`n=0
+for f in /proc/net/tcp /proc/net/tcp6 /proc/net/udp /proc/net/udp6; do
+  [ -r "$f" ] || continue
+  want=0A; case $f in *udp*) want=07;; esac
+  while read -r _ local _ st _; do
+    [ "$st" = "$want" ] || continue
+    case $local in 0B00007F:*) continue;; esac
+    n=$((n+1))
+  done < "$f"
+done
+echo "` + ToolchainSurveyLine + ` $n"
+[ "$n" = 0 ] || exit 0
+kill -9 -1 2>/dev/null; sleep 0.05; kill -9 -1 2>/dev/null; exit 0`)
+}
+
+// ToolchainSurveyLine starts ToolchainSurveyCmd's answer.
+const ToolchainSurveyLine = "t1flow-serving"
+
+// ParseSurvey reads ToolchainSurveyCmd's stdout: how many sockets were
+// served, and whether the answer was complete (a survey killed half way, by
+// the agent's processes or the pids limit, says nothing: verify as if none).
+func ParseSurvey(stdout string) (serving int, ok bool) {
+	for _, line := range strings.Split(stdout, "\n") {
+		if v, found := strings.CutPrefix(line, ToolchainSurveyLine+" "); found {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
 // ToolchainStage is a fresh name for the directory at / the task's tests are
 // copied into before ToolchainRunCmd moves it to /tests: random, so nothing
 // in the sandbox could have prepared that path.

@@ -32,6 +32,9 @@ var cheatOutcome = map[string]string{
 	"symlinks":           workflows.OutcomeTampered,
 	"uv-config":          workflows.OutcomeUnresolved,
 	"workdir-shadow":     workflows.OutcomeTampered,
+	// Leaves a TLS server (so the verifier runs live, beside it) faking
+	// astral.sh's uv installer that test.sh pipes into sh.
+	"fake-installer": workflows.OutcomeUnresolved,
 	// Contained by the sandbox's limits rather than by sealing.
 	"fork-bomb":      workflows.OutcomeUnresolved,
 	"memory-bomb":    workflows.OutcomeUnresolved,
@@ -52,6 +55,9 @@ var cheatOutcome = map[string]string{
 
 // inprocessCheats are the families of examples/cheats/inprocess.
 var inprocessCheats = map[string]bool{"report-rewrite": true, "report-global": true, "exit-forgery": true, "sys-modules": true, "builtins": true, "ctypes": true}
+
+// liveCheats leave a server running, so their verifier runs live beside it.
+var liveCheats = map[string]bool{"fake-installer": true}
 
 // inlineCheats are the families without a script in examples/cheats.
 var inlineCheats = map[string]string{
@@ -161,14 +167,15 @@ func TestAdversarialCheatsNeverResolve(t *testing.T) {
 		if want == workflows.OutcomeUnresolved && ro.Total != 5 {
 			t.Errorf("%s: %d assertions, want the 5 tests", ro.Name, ro.Total)
 		}
-		if want == workflows.OutcomeTampered {
-			var rec workflows.RolloutRecord
-			if err := store.GetJSON(context.Background(), r.st, *ro.Record, &rec); err != nil {
-				t.Fatal(err)
-			}
-			if rec.Verify == nil || len(rec.Verify.Tampered) == 0 {
-				t.Errorf("%s: tampered without evidence in the record", ro.Name)
-			}
+		var rec workflows.RolloutRecord
+		if err := store.GetJSON(context.Background(), r.st, *ro.Record, &rec); err != nil {
+			t.Fatal(err)
+		}
+		if want == workflows.OutcomeTampered && (rec.Verify == nil || len(rec.Verify.Tampered) == 0) {
+			t.Errorf("%s: tampered without evidence in the record", ro.Name)
+		}
+		if liveCheats[ro.Name] && (rec.Verify == nil || rec.Verify.LiveService == 0) {
+			t.Errorf("%s: its server was not seen: verified kill-first, not live beside it", ro.Name)
 		}
 	}
 	if got := rep.Summary.Tampered; got != countOutcome(workflows.OutcomeTampered) {

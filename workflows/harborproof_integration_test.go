@@ -32,8 +32,6 @@ func (w proofWant) reward() float64 {
 	return w.harbor
 }
 
-var zero = 0.0
-
 // harborProof are the expected results, oracle and nop, per task.
 var harborProof = map[string][2]proofWant{
 	// pip install under FROM python:3.13-slim-bookworm, at build time and in solve.sh.
@@ -42,9 +40,9 @@ var harborProof = map[string][2]proofWant{
 	// 3.13; nop passes the version check only.
 	"py313-features": {{1, nil, 5, 0, 5}, {0, nil, 1, 0, 5}},
 	// The solution starts a server the tests query. Harbor runs the tests
-	// beside it (reward 1); t1flow's verifier stops every process of the
-	// agent phase first, the oracle's included, so the server is gone.
-	"service-from-solution": {{1, &zero, 1, 0, 3}, {0, nil, 0, 0, 3}},
+	// beside it (reward 1), and so does t1flow's live verifier, in a
+	// container of its own on the sandbox's network.
+	"service-from-solution": {{1, nil, 3, 0, 3}, {0, nil, 0, 0, 3}},
 	// Two skipped tests: pytest exits 0, reward 1.
 	"skipped-tests": {{1, nil, 3, 2, 5}, {0, nil, 1, 2, 5}},
 	// reward.txt is the fraction of checks right: the oracle gets 2 of 3.
