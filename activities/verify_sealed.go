@@ -106,17 +106,11 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		return vr, nil
 	}
 	if serving > 0 {
-		end = steptime.Start(ctx, StepSnapshot)
-		stop := heartbeat.Every(ctx, 5*time.Second, nil) // a large layer takes a while to commit
-		lv, err := a.Docker.StartLiveVerifier(ctx, ins, thaw)
-		stop()
-		end()
+		remove, err := a.startLive(ctx, ins, thaw, &in)
 		if err != nil {
-			return VerifyResult{}, sandboxErr(err, "start the live verifier of %s", in.Sandbox.Name)
+			return VerifyResult{}, err
 		}
-		defer a.Docker.RemoveLiveVerifier(context.WithoutCancel(ctx), id)
-		// Everything from here on happens in the verifier's container.
-		in.Sandbox.ContainerID, in.Sandbox.Name = lv.ID, in.Sandbox.Name+" (live verifier)"
+		defer remove()
 	}
 	timeout := in.TimeoutSec
 	if timeout <= 0 {
@@ -151,6 +145,24 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		return VerifyResult{}, err
 	}
 	return res, nil
+}
+
+// startLive snapshots the checked, frozen sandbox and starts the verifier's
+// own container from it (Docker.StartLiveVerifier); from then on in names
+// that container, so everything after happens there. remove deletes it and
+// the snapshot.
+func (a *Activities) startLive(ctx context.Context, ins container.InspectResponse, thaw func(context.Context) error, in *VerifyInput) (remove func(), err error) {
+	end := steptime.Start(ctx, StepSnapshot)
+	stop := heartbeat.Every(ctx, 5*time.Second, nil) // a large layer takes a while to commit
+	lv, err := a.Docker.StartLiveVerifier(ctx, ins, thaw)
+	stop()
+	end()
+	if err != nil {
+		return nil, sandboxErr(err, "start the live verifier of %s", in.Sandbox.Name)
+	}
+	id := in.Sandbox.ContainerID
+	in.Sandbox.ContainerID, in.Sandbox.Name = lv.ID, in.Sandbox.Name+" (live verifier)"
+	return func() { a.Docker.RemoveLiveVerifier(context.WithoutCancel(ctx), id) }, nil
 }
 
 // survey runs ToolchainSurveyCmd: the number of sockets the agent's
