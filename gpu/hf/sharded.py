@@ -544,7 +544,7 @@ class ShardedTrainer(T.Trainer):
             path = os.path.join(self.state_dir, DCP_DIR)
             head = dcp.FileSystemReader(path).read_metadata().state_dict_metadata.get("critic.model.value_head.weight")
             pool = None if head is None else \
-                T.pooled_head(head.size[-1], self.actor.config.get_text_config().hidden_size, path)   # a state from before the mean: h_t alone
+                T.pooled_head(head.size[-1], self.actor.get_decoder().config.hidden_size, path)   # a state from before the mean: h_t alone
             self.critic = self._critic_with(None, None, pool=pool)
             self._new_optimizers()
             dcp.load(self._stateful(path), checkpoint_id=path)

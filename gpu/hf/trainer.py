@@ -66,7 +66,7 @@ class Critic(nn.Module):
     batch's loss mask: this model's tokens do not say where its chat
     template's header is. A critic saved before the head read the mean (its
     value_head is hidden_size wide) loads with pool off and reads h_t alone
-    (critic_state)."""
+    (Trainer._critic_with)."""
 
     def __init__(self, backbone, pool=True):
         super().__init__()
@@ -200,10 +200,10 @@ class Trainer(reference.Trainer):
         """A critic on a copy of the policy's backbone: with the state dict sd
         (read from where), its head as wide as sd's; without, a fresh head
         (pool unless said)."""
-        hidden = self.actor.config.get_text_config().hidden_size
+        body = copy.deepcopy(self.actor.get_decoder())
         if sd is not None and "value_head.weight" in sd:
-            pool = pooled_head(sd["value_head.weight"].shape[-1], hidden, where)
-        critic = Critic(copy.deepcopy(self.actor.get_decoder()), pool=True if pool is None else pool)
+            pool = pooled_head(sd["value_head.weight"].shape[-1], body.config.hidden_size, where)
+        critic = Critic(body, pool=True if pool is None else pool)
         if sd is not None:
             critic_state(critic, sd, where)
         else:

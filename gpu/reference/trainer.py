@@ -345,32 +345,31 @@ class Trainer:
             x = self._value_features(inputs, mask)
             if x is None:
                 return
-            rows = mask.nonzero()[:, 0]
             x = x[mask].double()
             x = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1)
             y = ret[mask].double()
-            w = ridge_solve(x, y, self._ridge(x, y, rows) if self.RIDGES else self.RIDGE)
+            rows = mask.nonzero()[:, 0]
+            folds = self.FOLDS if self.RIDGES and int(rows.max()) + 1 >= self.FOLDS else 1
+            parts = [gram(x[rows % folds == k], y[rows % folds == k]) for k in range(folds)]
+            del x, y
+            whole = [sum(p[i] for p in parts) for i in range(4)]
+            w = ridge_solve(*whole[:3], self._ridge(whole, parts) if folds > 1 else self.RIDGE)
             self._set_value_head(w[:-1], w[-1:])
 
     RIDGES = ()   # ridges to choose among by cross-validation over the batch's trajectories (_ridge); none: RIDGE
     FOLDS = 4
 
-    def _ridge(self, x, y, rows):
-        """The ridge among RIDGES whose heads, each fitted without one of
-        FOLDS groups of the batch's trajectories, best predict the group left
-        out (squared error summed over the folds); RIDGE when the batch has
-        fewer trajectories than folds."""
-        n = int(rows.max()) + 1
-        if n < self.FOLDS:
-            return self.RIDGE
-        fold = rows % self.FOLDS
+    def _ridge(self, whole, parts):
+        """The ridge among RIDGES whose heads, each fitted without one of the
+        FOLDS groups of the batch's trajectories (parts: each group's gram),
+        best predict the group left out (squared error summed over the
+        folds). Used only with RIDGES and at least FOLDS trajectories."""
         err = []
         for r in self.RIDGES:
             e = 0.0
-            for k in range(self.FOLDS):
-                out = fold == k
-                w = ridge_solve(x[~out], y[~out], r)
-                e += float(((x[out] @ w - y[out]) ** 2).sum())
+            for xtx, xty, n, yty in parts:
+                w = ridge_solve(whole[0] - xtx, whole[1] - xty, whole[2] - n, r)
+                e += float(w @ xtx @ w - 2 * w @ xty + yty)   # |x w - y|^2 on the group left out
             err.append(e)
         return self.RIDGES[min(range(len(err)), key=err.__getitem__)]
 
@@ -572,12 +571,18 @@ class Trainer:
         return {"ok": True}
 
 
-def ridge_solve(x, y, ridge):
-    """The least-squares w of x @ w = y, ridge per row on every weight but the
-    last (the bias, x's column of ones)."""
-    reg = ridge * x.shape[0] * torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
+def gram(x, y):
+    """What ridge_solve needs of rows x (N, W) and targets y (N,): x'x, x'y,
+    N, and y'y (the squared error of a w on these rows is w'x'xw - 2w'x'y + y'y)."""
+    return x.T @ x, x.T @ y, x.shape[0], y @ y
+
+
+def ridge_solve(xtx, xty, n, ridge):
+    """The least-squares w of x w = y from gram(x, y), ridge per row on every
+    weight but the last (the bias, x's column of ones)."""
+    reg = ridge * n * torch.eye(xtx.shape[0], dtype=xtx.dtype, device=xtx.device)
     reg[-1, -1] = 0   # the bias is not shrunk
-    return torch.linalg.solve(x.T @ x + reg, x.T @ y)
+    return torch.linalg.solve(xtx + reg, xty)
 
 
 def main():
