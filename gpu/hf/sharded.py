@@ -426,9 +426,7 @@ class ShardedTrainer(T.Trainer):
         shards = read_shards(ckpt, "critic") if ckpt else None
         if shards is None:
             return super()._critic_from(ckpt)
-        critic = super()._critic_from(None)
-        critic.load_state_dict(shards, strict=True)
-        return critic
+        return self._critic_with(shards, os.path.join(ckpt, "critic-*.safetensors"))
 
     def _critic_from_policy(self):
         """As on one rank: the critic restarts from the SFT policy's body with
@@ -469,10 +467,34 @@ class ShardedTrainer(T.Trainer):
             ctl.capture[seen:] = [gather_rows(c, n) for c in ctl.capture[seen:]]
         return gather_rows(logp, n), gather_rows(ent, n)
 
-    def _values(self, inputs, routing=None):
+    def _values(self, inputs, routing=None, mask=None):
         n = inputs.shape[0]
         rows = torch.tensor(rows_of(n, self.rank, self.g.size), device=inputs.device)
-        return gather_rows(super()._values(inputs[rows]), n)
+        return gather_rows(super()._values(inputs[rows], mask=None if mask is None else mask[rows]), n)
+
+    def _value_features(self, inputs, mask):
+        """The value head's features of every rank's rows, gathered: every
+        rank then solves the same head (the reference's _solve_value_head)."""
+        n = inputs.shape[0]
+        rows = torch.tensor(rows_of(n, self.rank, self.g.size), device=inputs.device)
+        return gather_rows(super()._value_features(inputs[rows], mask[rows]), n)
+
+    def _set_value_head(self, weight, bias):
+        """The solved head into the sharded value head: each rank keeps its
+        shard of the full weight and bias (rank 0's, scattered)."""
+        from torch.distributed.tensor import distribute_tensor
+
+        if hasattr(self.critic, "reshard"):   # FSDP2's root stays unsharded after the features' forward: its
+            self.critic.reshard()             # parameters are then full copies, which a reshard drops
+        head = self.critic.value_head
+        for p, full in ((head.weight, weight.view(head.weight.shape)), (head.bias, bias.view(head.bias.shape))):
+            if not isinstance(p, DTensor):   # replicated (torch 2.5 on CPU)
+                p.copy_(full.to(p.dtype))
+                continue
+            local = p.to_local()
+            dev = self.g.device if self.g.cuda else "cpu"
+            mine = distribute_tensor(full.to(device=dev, dtype=p.dtype), p.device_mesh, p.placements).to_local()
+            local.copy_(mine.to(local.device))
 
     # ---- state ---------------------------------------------------------------
     def _stateful(self, path=None):
@@ -519,9 +541,12 @@ class ShardedTrainer(T.Trainer):
                                  "start the one-rank trainer on it, /save, and /load that checkpoint")
             self.actor = self._random_actor(0)   # the architecture; DCP fills the weights
             self._tokenizer_from(self.state_dir)
-            self.critic = self._critic_from(None)
-            self._new_optimizers()
             path = os.path.join(self.state_dir, DCP_DIR)
+            head = dcp.FileSystemReader(path).read_metadata().state_dict_metadata.get("critic.model.value_head.weight")
+            pool = None if head is None else \
+                T.pooled_head(head.size[-1], self.actor.get_decoder().config.hidden_size, path)   # a state from before the mean: h_t alone
+            self.critic = self._critic_with(None, None, pool=pool)
+            self._new_optimizers()
             dcp.load(self._stateful(path), checkpoint_id=path)
             self.version = st["version"]
 

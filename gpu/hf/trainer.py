@@ -10,8 +10,11 @@ the model parts replaced for HF MoE checkpoints (Qwen3-MoE, OLMoE, Mixtral):
   gate weights the live router's softmax over those experts, renormalised as
   the config says (norm_topk_prob; Mixtral always);
 - the critic is a separate model: a copy of the policy's backbone (the base
-  model without the LM head, routing by itself) with a scalar value head,
-  initialised from the policy, saved beside it as critic.safetensors;
+  model without the LM head, routing by itself) with a scalar value head
+  that reads h_t and the mean of h over the response so far (Critic),
+  initialised from the policy, saved beside it as critic.safetensors; the
+  head is solved by ridge least squares after each critic fit and PPO step
+  (the reference's _solve_value_head);
 - TITO: the batch's token IDs are trained as they are, with its loss mask;
 - weights are float32 (the optimiser's too); on CUDA the forward runs under
   bfloat16 autocast (--dtype), on CPU in float32;
@@ -52,16 +55,72 @@ VERSION_FILE = "t1flow.json"
 
 
 class Critic(nn.Module):
-    """The policy's backbone (no LM head) with a scalar value head."""
+    """The policy's backbone (no LM head) with a scalar value head.
 
-    def __init__(self, backbone):
+    With pool (every critic the trainer makes) the head reads [h_t, the mean
+    of h over the response up to t], as the reference's (gpu/reference/model.py
+    pool_response): a language model's state at t serves the next token and
+    forgets a deciding token once nothing ahead depends on it. The response
+    starts at start (B,), the input position of the first loss token (the
+    last token of the assistant's header), which the trainer reads from the
+    batch's loss mask: this model's tokens do not say where its chat
+    template's header is. A critic saved before the head read the mean (its
+    value_head is hidden_size wide) loads with pool off and reads h_t alone
+    (Trainer._critic_with)."""
+
+    def __init__(self, backbone, pool=True):
         super().__init__()
         self.backbone = backbone
-        self.value_head = nn.Linear(backbone.config.hidden_size, 1)
+        self.pool = pool
+        width = backbone.config.hidden_size * (2 if pool else 1)
+        self.value_head = nn.Linear(width, 1)
 
-    def forward(self, ids):
+    def forward(self, ids, start=None, features=False):
+        """Values (B, T), or with features what the value head reads (B, T,
+        width). Features go through forward too, so a sharded critic
+        (FSDP2's hooks on forward) gathers its parameters for them."""
         h = self.backbone(input_ids=ids, use_cache=False).last_hidden_state
-        return self.value_head(h).squeeze(-1)
+        if self.pool:
+            h = pool_response(h, start)
+        return h if features else self.value_head(h).squeeze(-1)
+
+
+def pool_response(h, start):
+    """[h_t, mean of h over positions start..t] (B, T, 2C); zeros before
+    start, and start 0 when None. The running mean is taken in float32 (under
+    bfloat16 autocast the states are bfloat16)."""
+    B, T = h.shape[:2]
+    if start is None:
+        start = torch.zeros(B, dtype=torch.long, device=h.device)
+    hf = h.float()
+    started = (torch.arange(T, device=h.device)[None, :] >= start.to(h.device)[:, None]).unsqueeze(-1).to(hf.dtype)
+    mean = (hf * started).cumsum(1) / started.cumsum(1).clamp(min=1)
+    return torch.cat([hf, mean], dim=-1).to(h.dtype)
+
+
+def response_start(mask):
+    """Each row's first loss position (B,), 0 in a row without one or without a mask."""
+    if mask is None:
+        return None
+    return torch.where(mask.any(1), mask.to(torch.int8).argmax(1), torch.zeros_like(mask[:, 0], dtype=torch.long))
+
+
+def critic_state(critic, sd, where):
+    """Load the state dict sd (from where, named in errors) into critic."""
+    missing, unexpected = critic.load_state_dict(sd, strict=False)
+    if missing or unexpected:
+        raise ValueError(f"{where}: missing {missing}, unexpected {unexpected}")
+
+
+def pooled_head(width, hidden, where):
+    """Whether a saved value head of this width reads the response mean
+    (2 x hidden) or h_t alone (hidden, a critic saved before the mean)."""
+    if width == 2 * hidden:
+        return True
+    if width == hidden:
+        return False
+    raise ValueError(f"{where}: the critic's value_head reads {width} features; this model's critic reads "
+                     f"{2 * hidden} (h_t and the response mean) or {hidden} (h_t, a critic saved before the mean)")
 
 
 class Trainer(reference.Trainer):
@@ -129,14 +188,24 @@ class Trainer(reference.Trainer):
 
     def _critic_from(self, ckpt):
         """critic.safetensors from ckpt when there is one, else the policy's backbone with a fresh value head."""
-        critic = Critic(copy.deepcopy(self.actor.get_decoder()))
         path = os.path.join(ckpt, CRITIC_FILE) if ckpt else None
+        sd = None
         if path and os.path.exists(path):
             from safetensors.torch import load_file
 
-            missing, unexpected = critic.load_state_dict(load_file(path), strict=False)
-            if missing or unexpected:
-                raise ValueError(f"{path}: missing {missing}, unexpected {unexpected}")
+            sd = load_file(path)
+        return self._critic_with(sd, path)
+
+    def _critic_with(self, sd, where, pool=None):
+        """A critic on a copy of the policy's backbone: with the state dict sd
+        (read from where), its head as wide as sd's; without, a fresh head
+        (pool unless said)."""
+        body = copy.deepcopy(self.actor.get_decoder())
+        if sd is not None and "value_head.weight" in sd:
+            pool = pooled_head(sd["value_head.weight"].shape[-1], body.config.hidden_size, where)
+        critic = Critic(body, pool=True if pool is None else pool)
+        if sd is not None:
+            critic_state(critic, sd, where)
         else:
             g = torch.Generator().manual_seed(0)   # the global RNG (minibatch order) is left alone
             with torch.no_grad():
@@ -203,10 +272,26 @@ class Trainer(reference.Trainer):
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
 
-    def _values(self, inputs, routing=None):
+    def _values(self, inputs, routing=None, mask=None):
         with self._autocast():
-            v = self.critic(inputs)
+            v = self.critic(inputs, response_start(mask))
         return v.float()
+
+    def _value_features(self, inputs, mask):
+        with self._autocast():
+            x = self.critic(inputs, response_start(mask), features=True)
+        return x.float()
+
+    def _value_head(self):
+        return self.critic.value_head
+
+    # The value head's ridge, chosen per solve by 4-fold cross-validation
+    # over the batch's trajectories (the reference's one ridge, 3e-4, first):
+    # the hf models' widths and answer lengths differ from model to model, and
+    # on the tiny Qwen3-MoE's early-token batch (tests/test_critic.py) 3e-4
+    # overfits 16 trajectories (held out 0.79, in sample 0.99), 3e-2 does best
+    # (0.90) (docs/learning.md, "The critic").
+    RIDGES = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 
     def _load_batch(self, req, need_routing):
         d = req.get("batch_dir")

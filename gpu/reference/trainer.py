@@ -291,7 +291,10 @@ class Trainer:
             self.critic = self._critic_from(None)
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
 
-    def _values(self, inputs, routing=None):
+    def _values(self, inputs, routing=None, mask=None):
+        """The critic's value at each position. mask (the loss tokens) says
+        where the response starts for a critic that cannot tell from the
+        tokens (gpu/hf's); this one's pool_response finds <|assistant|>."""
         v, _ = self.critic(inputs)
         return v.float()
 
@@ -304,12 +307,12 @@ class Trainer:
         p = B.pad(trajs, self.device)
         inputs, mask = p.inputs, p.mask
         with torch.no_grad():   # before any saved epoch is loaded: the committed critic's
-            v0 = self._values(inputs)
+            v0 = self._values(inputs, mask=mask)
         _, ret = self._advantages(trajs, v0, mask, h)
         ev_before = ppo.explained_variance(v0[mask], ret[mask])
 
         def train(mb):
-            v = self._values(inputs[mb])
+            v = self._values(inputs[mb], mask=mask[mb])
             loss = ppo.value_loss(v[mask[mb]], ret[mb][mask[mb]])
             self.critic_opt.zero_grad()
             loss.backward()
@@ -319,7 +322,7 @@ class Trainer:
         losses, _ = self._epochs("critic_fit", req, h, self.critic, self.critic_opt, len(trajs), train, "value_loss")
         self._solve_value_head(inputs, mask, ret)
         with torch.no_grad():
-            v1 = self._values(inputs)
+            v1 = self._values(inputs, mask=mask)
         ev_after = ppo.explained_variance(v1[mask], ret[mask])
         return {"value_loss": losses[-1], "explained_variance_before": ev_before, "explained_variance": ev_after,
                 "trajectories": len(trajs), "tokens": int(mask.sum())}
@@ -336,21 +339,53 @@ class Trainer:
         and 4 Adam steps at the small preset's 1e-3 undo a solved head (held
         out 0.54 to -0.66); the solve is exact for the head and costs one
         forward. It runs after the last epoch, so a retry resumed from a saved
-        epoch ends the same. Backends whose critic has no value_features
-        (gpu/hf) skip it."""
-        feats = getattr(self.critic, "value_features", None)
-        if feats is None:
-            return
+        epoch ends the same. gpu/hf's critic gives its features and takes
+        the head through _value_features and _set_value_head."""
         with torch.no_grad():
-            x = feats(inputs)[mask].double()
+            x = self._value_features(inputs, mask)
+            if x is None:
+                return
+            x = x[mask].double()
             x = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1)
             y = ret[mask].double()
-            reg = self.RIDGE * x.shape[0] * torch.eye(x.shape[1], dtype=x.dtype, device=x.device)
-            reg[-1, -1] = 0   # the bias is not shrunk
-            w = torch.linalg.solve(x.T @ x + reg, x.T @ y)
-            head = self.critic.head
-            head.weight.copy_(w[:-1].view_as(head.weight).to(head.weight.dtype))
-            head.bias.copy_(w[-1:].to(head.bias.dtype))
+            rows = mask.nonzero()[:, 0]
+            folds = self.FOLDS if self.RIDGES and int(rows.max()) + 1 >= self.FOLDS else 1
+            parts = [gram(x[rows % folds == k], y[rows % folds == k]) for k in range(folds)]
+            del x, y
+            whole = [sum(p[i] for p in parts) for i in range(4)]
+            w = ridge_solve(*whole[:3], self._ridge(whole, parts) if folds > 1 else self.RIDGE)
+            self._set_value_head(w[:-1], w[-1:])
+
+    RIDGES = ()   # ridges to choose among by cross-validation over the batch's trajectories (_ridge); none: RIDGE
+    FOLDS = 4
+
+    def _ridge(self, whole, parts):
+        """The ridge among RIDGES whose heads, each fitted without one of the
+        FOLDS groups of the batch's trajectories (parts: each group's gram),
+        best predict the group left out (squared error summed over the
+        folds). Used only with RIDGES and at least FOLDS trajectories."""
+        err = []
+        for r in self.RIDGES:
+            e = 0.0
+            for xtx, xty, n, yty in parts:
+                w = ridge_solve(whole[0] - xtx, whole[1] - xty, whole[2] - n, r)
+                e += float(w @ xtx @ w - 2 * w @ xty + yty)   # |x w - y|^2 on the group left out
+            err.append(e)
+        return self.RIDGES[min(range(len(err)), key=err.__getitem__)]
+
+    def _value_features(self, inputs, mask):
+        """What the critic's linear value head reads at each position (B, T,
+        width), or None for a critic without one to solve."""
+        feats = getattr(self.critic, "value_features", None)
+        return None if feats is None else feats(inputs)
+
+    def _value_head(self):
+        return self.critic.head
+
+    def _set_value_head(self, weight, bias):
+        head = self._value_head()
+        head.weight.copy_(weight.view_as(head.weight).to(head.weight.dtype))
+        head.bias.copy_(bias.to(head.bias.dtype))
 
     def logprob_gaps(self, p):
         """The train-inference gap on a padded batch: |trainer - sampler| log-prob
@@ -388,7 +423,7 @@ class Trainer:
         old_logp = gaps["replayed"]
         is_w, is_stats = self._is_weights(trajs, p, old_logp, h)
         with torch.no_grad():
-            values = self._values(inputs)
+            values = self._values(inputs, mask=mask)
         adv, ret = self._advantages(trajs, values, mask, h)
         ev = ppo.explained_variance(values[mask], ret[mask])
         total = h.update_epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
@@ -405,7 +440,7 @@ class Trainer:
                 new_logp, ent = self._logp(inputs[mb], targets[mb], None if routing is None else routing[mb], temp[mb])
                 pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef, None if is_w is None else is_w[mb][m])
                 entropy = ent[m].mean()
-                v = self._values(inputs[mb])
+                v = self._values(inputs[mb], mask=mask[mb])
                 vl = ppo.value_loss(v[m], ret[mb][m])
                 self.actor_opt.zero_grad()
                 (pg - h.ent_coef * entropy).backward()
@@ -534,6 +569,20 @@ class Trainer:
     def cancel(self, req):
         self.cancel_key = req.get("key")
         return {"ok": True}
+
+
+def gram(x, y):
+    """What ridge_solve needs of rows x (N, W) and targets y (N,): x'x, x'y,
+    N, and y'y (the squared error of a w on these rows is w'x'xw - 2w'x'y + y'y)."""
+    return x.T @ x, x.T @ y, x.shape[0], y @ y
+
+
+def ridge_solve(xtx, xty, n, ridge):
+    """The least-squares w of x w = y from gram(x, y), ridge per row on every
+    weight but the last (the bias, x's column of ones)."""
+    reg = ridge * n * torch.eye(xtx.shape[0], dtype=xtx.dtype, device=xtx.device)
+    reg[-1, -1] = 0   # the bias is not shrunk
+    return torch.linalg.solve(xtx + reg, xty)
 
 
 def main():

@@ -12,9 +12,11 @@ started from that body memorises the fitted prompts instead of reading the
 word: in sample 0.97, held out 0.46 on this batch (0.17 to -0.22 on the
 all-random-token batch this test used before; docs/learning.md, "The critic").
 """
+import pytest
 import torch
 
 import hfmoe
+import trainer as T
 import tiny as tiny_mod
 from helpers import batch, make_trainer, op
 
@@ -23,7 +25,7 @@ TAIL = " >/app/o and that is all, done."
 WORDS = {"hello": 1.0, "world": 2 / 7}
 
 
-def trajs(tok, n, seed, p_hello=0.6):
+def trajs(tok, n, seed, p_hello=0.6, answer_of=lambda w: w + TAIL):
     g = torch.Generator().manual_seed(seed)
     words = ["hello" if float(torch.rand(1, generator=g)) < p_hello else "world" for _ in range(n)]
     words[0], words[1] = "hello", "world"   # both returns in every batch
@@ -32,22 +34,89 @@ def trajs(tok, n, seed, p_hello=0.6):
         code = "".join(REF[int(i)] for i in torch.randint(len(REF), (24,), generator=g))
         prompt = tok.encode(f"<|im_start|>user\nWrite a word to /app/o. Ref: {code}<|im_end|>\n<|im_start|>assistant\n",
                             add_special_tokens=False)
-        answer = tok.encode(w + TAIL + "<|im_end|>", add_special_tokens=False)
+        answer = tok.encode(answer_of(w) + "<|im_end|>", add_special_tokens=False)
         out.append({"tokens": prompt + answer, "loss_mask": [0] * len(prompt) + [1] * len(answer),
                     "logprobs": [0.0] * (len(prompt) + len(answer))})
     return out, [WORDS[w] for w in words]
 
 
-def test_fitted_hf_critic_explains_the_return_on_held_out_trajectories(tmp_path):
+def sft_then_fit(tmp_path, fit_epochs, answer_of=lambda w: w + TAIL):
+    """SFT on the format, then critic fits on two fresh batches of 16: the
+    first fit's result and the second's (whose explained_variance_before is
+    the EV on 16 trajectories the critic was not fitted on)."""
     ck = tiny_mod.build("qwen3_moe", str(tmp_path / "tiny"), seed=0, initializer_range=0.02)
     tok = hfmoe.load_tokenizer(ck)
     torch.manual_seed(0)
     tr = make_trainer(tmp_path / "w", ck)
-    op(tr, "sft", "sft", batch(tmp_path, "sft", *trajs(tok, 16, 1, 0.5)), preset="small",
+    op(tr, "sft", "sft", batch(tmp_path, "sft", *trajs(tok, 16, 1, 0.5, answer_of)), preset="small",
        hyper={"epochs": 4, "minibatches": 8, "actor_lr": 1e-3})
-    fit = {"preset": "small", "hyper": {"epochs": 10}}
-    first = op(tr, "critic_fit", "critic/1", batch(tmp_path, "a", *trajs(tok, 16, 2)), **fit)
-    held = op(tr, "critic_fit", "critic/2", batch(tmp_path, "b", *trajs(tok, 16, 3)), **fit)
+    fit = {"preset": "small", "hyper": {"epochs": fit_epochs}}
+    first = op(tr, "critic_fit", "critic/1", batch(tmp_path, "a", *trajs(tok, 16, 2, answer_of=answer_of)), **fit)
+    held = op(tr, "critic_fit", "critic/2", batch(tmp_path, "b", *trajs(tok, 16, 3, answer_of=answer_of)), **fit)
     ev = held["explained_variance_before"]
-    print(f"hf: cold EV {first['explained_variance_before']:.3f}, fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
+    print(f"hf, {fit_epochs} fit epochs: cold EV {first['explained_variance_before']:.3f}, "
+          f"fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
+    return tr, first, held
+
+
+def test_fitted_hf_critic_explains_the_return_on_held_out_trajectories(tmp_path):
+    _, first, held = sft_then_fit(tmp_path, 10)
+    ev = held["explained_variance_before"]
     assert ev >= 0.9, f"held-out explained variance {ev:.3f} < 0.9 (in sample {first['explained_variance']:.3f})"
+
+
+def test_hf_critic_explains_an_early_return_in_the_campaigns_fit(tmp_path):
+    """The same batch after the campaigns' own fit (fit_epochs = 5 in every
+    examples/campaigns/*.toml): 20 Adam steps at the small preset's 1e-3. The
+    value head reading h_t alone and fitted by those steps reached 0.86 held
+    out here; with the response's mean beside h_t and the head solved by
+    ridge least squares after the epochs (trainer.Critic,
+    reference.Trainer._solve_value_head) it must reach 0.9."""
+    _, first, held = sft_then_fit(tmp_path, 5)
+    ev = held["explained_variance_before"]
+    assert ev >= 0.9, f"held-out explained variance {ev:.3f} < 0.9 (in sample {first['explained_variance']:.3f})"
+
+
+def action(word):
+    """The write-hello family's answer (docs/learning.md): the word comes well into it."""
+    return '{"commands":[{"keystrokes":"echo %s >/app/o\\n","duration":1}],"task_complete":true}' % word
+
+
+def test_hf_critic_explains_a_return_decided_mid_answer_in_the_campaigns_fit(tmp_path):
+    """As gpu/reference/tests/test_critic.py's test of the same name: the
+    word is decided a dozen tokens into the demo's answer and every token
+    after it is the same for both words, so the policy's state there need not
+    hold it; the 8 values up to the word (of about 42) cannot know it, so the
+    ceiling is near 0.8. Before the fix 0.457 held out (in sample 0.700)."""
+    _, first, held = sft_then_fit(tmp_path, 5, action)
+    ev = held["explained_variance_before"]
+    assert ev >= 0.6, f"held-out explained variance {ev:.3f} < 0.6 (in sample {first['explained_variance']:.3f})"
+
+
+def test_a_critic_saved_before_the_response_mean_still_loads(tiny, tmp_path):
+    """critic.safetensors from before the value head read the response mean
+    (value_head hidden_size wide) loads as a critic reading h_t alone, with
+    the values it had; a head of any other width is refused naming the file."""
+    from safetensors.torch import load_file, save_file
+
+    ck = tiny("qwen3_moe")
+    tr = make_trainer(tmp_path / "w", ck)
+    assert tr.critic.pool and tr.critic.value_head.weight.shape[-1] == 2 * tr.critic.backbone.config.hidden_size
+    old = tmp_path / "old"
+    tr._save(str(old))
+    path = old / T.CRITIC_FILE
+    sd = load_file(str(path))
+    H = tr.critic.backbone.config.hidden_size
+    sd["value_head.weight"] = torch.randn(1, H)   # the old head: h_t alone
+    save_file(sd, str(path))
+    tr._load(str(old))
+    assert not tr.critic.pool
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        h = tr.critic.backbone(input_ids=ids).last_hidden_state
+        want = (h @ sd["value_head.weight"].T).squeeze(-1) + sd["value_head.bias"]
+        assert torch.allclose(tr._values(ids), want, atol=1e-5)
+    sd["value_head.weight"] = torch.randn(1, 3 * H)
+    save_file(sd, str(path))
+    with pytest.raises(ValueError, match=T.CRITIC_FILE):
+        tr._load(str(old))
