@@ -6,8 +6,10 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/internal/errs"
@@ -62,6 +64,9 @@ func ResumeClosed(ctx context.Context, c client.Client, name string) (client.Wor
 		return nil, nil, fmt.Errorf("campaign %s: its last run has no state", name)
 	}
 	in.State.Failure, in.State.Paused, in.Resume = nil, false, true
+	if err := awaitClosing(ctx, c, name, ClosingWait); err != nil {
+		return nil, nil, err
+	}
 	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: wid, TaskQueue: ids.ControlQueue,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
@@ -72,4 +77,39 @@ func ResumeClosed(ctx context.Context, c client.Client, name string) (client.Wor
 		return nil, nil, fmt.Errorf("campaign %s: %w", name, err)
 	}
 	return run, &in, nil
+}
+
+// ClosingWait bounds how long a resume waits for the closed run's PPO steps,
+// warm-up and rollouts to finish closing.
+var ClosingWait = 5 * time.Minute
+
+// awaitClosing waits until no workflow of the campaign but the campaign
+// itself runs: a cancelled run's rollouts close after their sandboxes are
+// removed, and a resumed step that starts its rollouts again under their IDs
+// while they still run would find every ID taken (each rollout counted
+// failed, the step a partial batch).
+func awaitClosing(ctx context.Context, c client.Client, name string, within time.Duration) error {
+	q := fmt.Sprintf("CampaignID = '%s' AND ExecutionStatus = 'Running' AND WorkflowType != 'CampaignWorkflow'", name)
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, PageSize: 5})
+		if err != nil {
+			return fmt.Errorf("campaign %s: listing the workflows of its closed run: %w", name, err)
+		}
+		if len(resp.Executions) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			var wids []string
+			for _, e := range resp.Executions {
+				wids = append(wids, e.Execution.GetWorkflowId())
+			}
+			return fmt.Errorf("campaign %s: workflows of its closed run still run after %s (%s...): resume it once they have closed", name, within, strings.Join(wids, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
 }
