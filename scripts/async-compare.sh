@@ -8,20 +8,12 @@
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${T1FLOW_HOME:-$ROOT/.t1flow}
-PIDFILE=$STATE/worker.pid
-LOG=$STATE/worker.log
 cd "$ROOT"
 PY=${PYTHON:-python3}
 
-if ! { [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; }; then
-  bin/worker -role all -log-level warn >>"$LOG" 2>&1 &
-  echo $! >"$PIDFILE"
+if ! { [ -f "$STATE/worker.pid" ] && kill -0 "$(cat "$STATE/worker.pid")" 2>/dev/null; }; then
   trap 'scripts/demo.sh stop-worker' EXIT
-  for _ in $(seq 1 120); do
-    [ -s "$STATE/inference.url" ] && grep -q "trainer .* on http" "$LOG" && break
-    kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "async-compare: the worker exited; see $LOG" >&2; exit 1; }
-    sleep 1
-  done
+  scripts/demo.sh start-worker
 fi
 
 # The write-hello pools, as make demo imports them.

@@ -20,23 +20,34 @@ stop_worker() {
   rm -f "$PIDFILE"
 }
 
+# start_worker starts a worker with every role in the background and waits
+# for its trainer and inference server.
+start_worker() {
+  bin/worker -role all -log-level warn >>"$LOG" 2>&1 &
+  echo $! >"$PIDFILE"
+  echo "demo: worker started (pid $!, log $LOG); waiting for the trainer and inference server" >&2
+  for _ in $(seq 1 120); do
+    [ -s "$STATE/inference.url" ] && grep -q "trainer .* on http" "$LOG" && return 0
+    kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "demo: the worker exited; see $LOG" >&2; tail -n 20 "$LOG" >&2; exit 1; }
+    sleep 1
+  done
+}
+
 if [ "${1:-}" = stop-worker ]; then
   stop_worker
+  exit 0
+fi
+# start-worker: only the worker, left running (scripts/async-compare.sh).
+if [ "${1:-}" = start-worker ]; then
+  start_worker
   exit 0
 fi
 
 if [ -f "$PIDFILE" ] && kill -0 "$(cat "$PIDFILE")" 2>/dev/null; then
   echo "demo: reusing the worker (pid $(cat "$PIDFILE"))" >&2
 else
-  bin/worker -role all -log-level warn >>"$LOG" 2>&1 &
-  echo $! >"$PIDFILE"
   trap stop_worker EXIT
-  echo "demo: worker started (pid $!, log $LOG); waiting for the trainer and inference server" >&2
-  for _ in $(seq 1 120); do
-    [ -s "$STATE/inference.url" ] && grep -q "trainer .* on http" "$LOG" && break
-    kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "demo: the worker exited; see $LOG" >&2; tail -n 20 "$LOG" >&2; exit 1; }
-    sleep 1
-  done
+  start_worker
 fi
 
 echo "== 1. example tasks, checked with the oracle"
