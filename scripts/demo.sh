@@ -22,12 +22,18 @@ stop_worker() {
 
 # start_worker starts a worker with every role in the background and waits
 # for its trainer and inference server.
+# Only what this start wrote counts: the log is appended to and the URL file
+# outlives a worker, so a reused T1FLOW_HOME holds an earlier worker's lines.
 start_worker() {
+  local from marker="$STATE/.worker-start"
+  from=$(( $(stat -c %s "$LOG" 2>/dev/null || echo 0) + 1 ))
+  touch "$marker"
   bin/worker -role all -log-level warn >>"$LOG" 2>&1 &
   echo $! >"$PIDFILE"
   echo "demo: worker started (pid $!, log $LOG); waiting for the trainer and inference server" >&2
   for _ in $(seq 1 120); do
-    [ -s "$STATE/inference.url" ] && grep -q "trainer .* on http" "$LOG" && return 0
+    [ -s "$STATE/inference.url" ] && ! [ "$marker" -nt "$STATE/inference.url" ] &&
+      tail -c +"$from" "$LOG" | grep -q "trainer .* on http" && return 0
     kill -0 "$(cat "$PIDFILE")" 2>/dev/null || { echo "demo: the worker exited; see $LOG" >&2; tail -n 20 "$LOG" >&2; exit 1; }
     sleep 1
   done
