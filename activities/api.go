@@ -235,9 +235,10 @@ type VerifyResult struct {
 	// beside them in a verifier container of their own (docs/verification.md,
 	// "A service the solution started").
 	LiveService int `json:"live_service,omitempty"`
-	// LiveRefused says why a sandbox whose agent's processes served a socket
-	// was verified kill-first all the same (its writable layer too large to
-	// snapshot).
+	// LiveRefused says why a sandbox whose agent's processes served, or may
+	// have served, a socket was verified kill-first all the same (its
+	// writable layer too large to snapshot, or the survey of its sockets
+	// never answered: no room under its pids limit).
 	LiveRefused string `json:"live_refused,omitempty"`
 	// Artifacts are task.toml's artifacts and /logs/artifacts, each a tar in
 	// the artifact store.
