@@ -152,3 +152,30 @@ def test_bad_options_name_the_field():
         ppo.Hyper.from_dict({"is_correction": "is"})
     with pytest.raises(ValueError, match="hyper.is_cap = 0.5 must be"):
         ppo.Hyper.from_dict({"is_correction": "tis", "is_cap": 0.5})
+
+
+def test_tis_is_decoupled_ppo(tmp_path, jittery, monkeypatch):
+    """With a correction on, the loss is decoupled PPO: the ratio is clipped
+    against the proximal policy (the trainer's own forward at the step's
+    start), and the behaviour policy (the sampler: other kernels, bfloat16,
+    stale weights) enters only through the importance weight. Clipping
+    against the sampler's log-probs instead would leave the first
+    minibatch's ratio off 1 on this batch."""
+    seen = []
+    real = ppo.policy_loss
+
+    def spy(new_logp, old_logp, adv, clip_coef, is_weight=None):
+        seen.append((new_logp.detach().clone(), old_logp.detach().clone(), is_weight))
+        return real(new_logp, old_logp, adv, clip_coef, is_weight)
+
+    monkeypatch.setattr(ppo, "policy_loss", spy)
+    tr, res = step(tmp_path, jittery, "decoupled", is_correction="tis", is_cap=1e6)
+    assert res["sampler_kl"] > 0, "the batch's sampler must differ from the trainer for this to show anything"
+    new0, old0, w0 = seen[0]
+    # First minibatch, weights not yet moved: the proximal ratio is 1 exactly...
+    assert torch.allclose(new0, old0, atol=1e-5), "the clip must be taken against the trainer's forward at the step's start"
+    # ...and the behaviour correction is the weight, exp(proximal - sampler).
+    assert w0 is not None and float((w0 - 1).abs().max()) > 1e-3
+    # Later minibatches move away from the proximal policy, which stays fixed.
+    assert all(torch.equal(o, seen[0][1]) for _, o, _ in seen[:1])
+    assert len(seen) > 1 and any(not torch.allclose(n, o, atol=1e-6) for n, o, _ in seen[1:])
