@@ -26,11 +26,16 @@ import (
 
 // Activities carries the dependencies of every t1flow activity.
 type Activities struct {
-	Docker    *sandbox.Docker
-	Store     store.Store
-	Temporal  client.Client
-	Host      string
-	TaskCache string
+	Docker   *sandbox.Docker
+	Store    store.Store
+	Temporal client.Client
+	Host     string
+	// Deployment names the Temporal this worker serves (address/namespace):
+	// its sandboxes carry it (sandbox.LabelDeployment), and the reaper
+	// leaves other deployments' sandboxes on a shared daemon alone ("":
+	// unnamed, as before the label).
+	Deployment string
+	TaskCache  string
 	// EpisodeDir keeps model-driven episodes on the sandbox host between turns.
 	EpisodeDir string
 	// InferenceEngine is the kind of policy inference servers rollouts call
@@ -113,14 +118,18 @@ func (a *Activities) CreateSandbox(ctx context.Context, in CreateSandboxInput) (
 	if err != nil {
 		return CreateSandboxResult{}, err
 	}
-	name := sandbox.ContainerName(in.RolloutID, in.SandboxAttempt)
-	id, err := a.Docker.Start(ctx, name, img, sandbox.TaskLimits(t.Config), sandbox.TaskEnv(t.Config), map[string]string{
+	name := sandbox.ContainerNameIn(a.Deployment, in.RolloutID, in.SandboxAttempt)
+	labels := map[string]string{
 		sandbox.LabelRollout:  in.RolloutID,
 		sandbox.LabelTask:     t.ID,
 		sandbox.LabelCampaign: in.CampaignID,
 		sandbox.LabelWorkflow: in.WorkflowID,
 		sandbox.LabelHost:     a.Host,
-	})
+	}
+	if a.Deployment != "" {
+		labels[sandbox.LabelDeployment] = a.Deployment
+	}
+	id, err := a.Docker.Start(ctx, name, img, sandbox.TaskLimits(t.Config), sandbox.TaskEnv(t.Config), labels)
 	if err != nil {
 		return CreateSandboxResult{}, err
 	}

@@ -39,6 +39,9 @@ func (a *Activities) Reap(ctx context.Context, in ReapInput) (ReapResult, error)
 	var failed *multierror.Error
 	now := time.Now()
 	for i, c := range append(list, others...) {
+		if sandbox.OtherDeployment(c.Labels, a.Deployment) {
+			continue // its workflow is in another Temporal: unknown here, not ours
+		}
 		var reason string
 		var running *workflowservice.DescribeWorkflowExecutionResponse
 		if i < len(list) {

@@ -2,6 +2,8 @@ package sandbox
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"runtime"
 	"sort"
@@ -25,6 +27,10 @@ const (
 	LabelCreated  = "t1flow.created"
 	LabelWorkflow = "t1flow.workflow"
 	LabelHost     = "t1flow.host"
+	// LabelDeployment is the Temporal deployment (address/namespace) whose
+	// workflow owns the sandbox: two deployments may share a Docker daemon
+	// and a host name, and neither adopts nor reaps the other's sandboxes.
+	LabelDeployment = "t1flow.deployment"
 	// LabelDiskWatch holds storage_mb when the daemon cannot enforce it and
 	// the sandbox host polls the writable layer instead (DiskWatch).
 	LabelDiskWatch = "t1flow.disk-watch-mb"
@@ -63,11 +69,31 @@ func TaskLimits(c task.Config) Limits {
 // ContainerName is the sandbox's name: the same across retries of one
 // creation, so a retry adopts the container instead of leaking a second one.
 func ContainerName(rolloutID string, sandboxAttempt int) string {
-	n := "t1flow-" + ids.Clean(rolloutID)
+	return ContainerNameIn("", rolloutID, sandboxAttempt)
+}
+
+// ContainerNameIn is ContainerName within a deployment (LabelDeployment):
+// the same rollout ID of two deployments on one daemon (a campaign name
+// reused against another Temporal) names two containers.
+func ContainerNameIn(deployment, rolloutID string, sandboxAttempt int) string {
+	n := "t1flow-"
+	if deployment != "" {
+		sum := sha256.Sum256([]byte(deployment))
+		n += hex.EncodeToString(sum[:4]) + "-"
+	}
+	n += ids.Clean(rolloutID)
 	if len(n) > 200 {
 		n = n[:200]
 	}
 	return fmt.Sprintf("%s-s%d", n, sandboxAttempt)
+}
+
+// OtherDeployment says a sandbox's labels name a deployment, and another
+// than deployment (neither "": sandboxes made before the label, and callers
+// that name none, are everyone's).
+func OtherDeployment(labels map[string]string, deployment string) bool {
+	d := labels[LabelDeployment]
+	return d != "" && deployment != "" && d != deployment
 }
 
 // TaskEnv is the task's [environment.env] as KEY=VALUE, set in the sandbox
@@ -85,6 +111,10 @@ func TaskEnv(c task.Config) []string {
 // name, rollout label and image. env adds to the image's environment.
 func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []string, labels map[string]string) (string, error) {
 	if ins, err := d.Client.ContainerInspect(ctx, name); err == nil {
+		if ins.Config.Labels[LabelDeployment] != labels[LabelDeployment] {
+			// Not this deployment's to adopt or to remove.
+			return "", errs.Infraf("sandbox name %s is taken by a container of deployment %q (this is %q)", name, ins.Config.Labels[LabelDeployment], labels[LabelDeployment])
+		}
 		if ins.State != nil && ins.State.Running && ins.Config.Labels[LabelRollout] == labels[LabelRollout] && ins.Config.Image == img {
 			return ins.ID, nil
 		}

@@ -137,3 +137,55 @@ func TestCopyInOutAndDestroy(t *testing.T) {
 		t.Fatalf("exec in a removed sandbox: %v, want ErrContainerGone", err)
 	}
 }
+
+// TestDeploymentsDoNotShareSandboxes: two deployments (two Temporals) on one
+// daemon run the same rollout ID. Their names differ, so each gets its own
+// container; and a container of the name that belongs to another
+// deployment is neither adopted (two agents in one sandbox) nor removed.
+func TestDeploymentsDoNotShareSandboxes(t *testing.T) {
+	d := testenv.Docker(t)
+	ctx := context.Background()
+	tk, err := task.Load("../examples/tasks/csv-revenue-report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, _, err := d.EnsureTaskImage(ctx, tk, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rollout := testenv.HostName("deploy") + ".same-rollout"
+	start := func(name, deployment string) (string, error) {
+		return d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), nil,
+			map[string]string{sandbox.LabelRollout: rollout, sandbox.LabelDeployment: deployment})
+	}
+	a, b := "127.0.0.1:7233/default", "127.0.0.1:7234/default"
+	na, nb := sandbox.ContainerNameIn(a, rollout, 1), sandbox.ContainerNameIn(b, rollout, 1)
+	if na == nb || na == sandbox.ContainerName(rollout, 1) {
+		t.Fatalf("names %s and %s (unnamed: %s)", na, nb, sandbox.ContainerName(rollout, 1))
+	}
+	ida, err := start(na, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Remove(context.Background(), ida) })
+	idb, err := start(nb, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Remove(context.Background(), idb) })
+	if ida == idb {
+		t.Fatal("one container for two deployments")
+	}
+	// The name taken by another deployment's container (a hash collision, or
+	// a name made by hand): refused, and that container left running.
+	if got, err := start(na, b); err == nil || !strings.Contains(err.Error(), "taken by a container of deployment") {
+		t.Fatalf("Start of another deployment's name: %s, %v", got, err)
+	}
+	ins, err := d.Client.ContainerInspect(ctx, ida)
+	if err != nil || !ins.State.Running {
+		t.Fatalf("deployment a's sandbox after b's try: %v %+v", err, ins.State)
+	}
+	if !sandbox.OtherDeployment(ins.Config.Labels, b) || sandbox.OtherDeployment(ins.Config.Labels, a) || sandbox.OtherDeployment(map[string]string{}, b) {
+		t.Error("OtherDeployment")
+	}
+}

@@ -116,6 +116,7 @@ func run() error {
 	defer c.Close()
 	fmt.Fprintln(os.Stderr, "worker: temporal", conn)
 	acts.Temporal = c
+	acts.Deployment = conn.Options.HostPort + "/" + conn.Options.Namespace
 
 	if sandboxRole {
 		if err := ensureReaperSchedule(ctx, c, acts.Host, *reaperEvery, *reaperTTL, *reaperRetire); err != nil {

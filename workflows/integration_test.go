@@ -220,6 +220,9 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	if len(testenv.Containers(t, sandbox.LabelHost, r.host)) == 0 {
 		t.Fatal("expected the killed worker's sandboxes to outlive it")
 	}
+	if mine := testenv.Containers(t, sandbox.LabelDeployment, r.addr+"/default"); len(mine) == 0 {
+		t.Errorf("the worker's sandboxes do not name its deployment %s/default", r.addr)
+	}
 	time.Sleep(time.Second)
 	w.Start(t)
 
@@ -280,6 +283,18 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	}
 	otherID := strings.TrimSpace(string(out))
 	defer exec.Command("docker", "rm", "-f", otherID).Run()
+	// A sandbox of this host name made by another deployment (a worker of
+	// the same host against another Temporal): its workflow is unknown here
+	// too, and it is not ours to remove either.
+	elsewhere := "127.0.0.2:7233/default"
+	out, err = exec.Command("docker", "run", "-d", "--network", "none",
+		"--label", sandbox.LabelRollout+"=orphan", "--label", sandbox.LabelHost+"="+r.host, "--label", sandbox.LabelDeployment+"="+elsewhere,
+		"--label", sandbox.LabelWorkflow+"=rollout/never-existed", base, "sleep", "600").CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker run: %v %s", err, out)
+	}
+	elsewhereID := strings.TrimSpace(string(out))
+	defer exec.Command("docker", "rm", "-f", elsewhereID).Run()
 	reap, err := r.c.ExecuteWorkflow(context.Background(), client.StartWorkflowOptions{
 		ID: ids.ReaperWorkflowID(r.host) + "-test", TaskQueue: ids.ControlQueue,
 	}, workflows.ReaperWorkflow, workflows.ReaperInput{Host: r.host, TTLSec: 3600})
@@ -293,8 +308,8 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	if len(rr.Removed) < 1 {
 		t.Errorf("the reaper removed nothing: %+v", rr)
 	}
-	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 0 {
-		t.Errorf("t1flow containers left after the reaper: %v", left)
+	if left := testenv.Containers(t, sandbox.LabelHost, r.host); len(left) != 1 || !strings.HasPrefix(elsewhereID, left[0]) {
+		t.Errorf("t1flow containers left after the reaper: %v; want only another deployment's %.12s", left, elsewhereID)
 	}
 	if kept := testenv.Containers(t, sandbox.LabelHost, other); len(kept) != 1 {
 		t.Errorf("the reaper of %s touched another host's sandbox: %v", r.host, kept)
