@@ -31,10 +31,11 @@ import (
 type harborDivergence struct{ why, marker string }
 
 // tb2Offline: Terminal-Bench 2's test.sh downloads uv from astral.sh, which
-// no container here reaches; apt-get install curl works (Debian's mirror is
-// reached), the download fails, uvx is never installed and test.sh writes
-// reward 0 without running a test. t1flow's sealed verifier runs the same
-// test.sh offline with its own uv and wheelhouse (docs/verification.md).
+// no container here resolves (curl is in t1flow's bases already; in Harbor's
+// compose network even apt-get update failed to resolve Debian's mirror), so
+// uvx is never installed and test.sh writes reward 0 without running a test.
+// t1flow's sealed verifier runs the same test.sh offline with its own uv and
+// wheelhouse (docs/verification.md).
 var tb2Offline = harborDivergence{
 	why:    "offline: test.sh downloads uv from astral.sh (curl: (6)), so uvx is not found and pytest never runs; Harbor writes 0",
 	marker: "uvx: command not found",
@@ -52,7 +53,7 @@ var harborOracleDivergences = map[string]harborDivergence{
 	// Debian's without pytest-json-ctrf, so no ctrf.json and no reward.txt
 	// (RewardFileNotFoundError); t1flow's sealed verifier brings both.
 	"partial-reward-txt": {
-		why:    "test.sh needs pytest and pytest-json-ctrf in the image, which has neither (Harbor: RewardFileNotFoundError); t1flow's sealed verifier supplies them",
+		why:    "test.sh runs the image's pytest with --ctrf; the image lacks pytest-json-ctrf (python:3.11-slim has no pytest at all), so Harbor finds no reward file; t1flow's sealed verifier supplies both",
 		marker: "unrecognized arguments: --ctrf",
 	},
 }
