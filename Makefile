@@ -8,7 +8,7 @@ PYTHON ?= $(or $(T1FLOW_PYTHON),/usr/bin/python3)
 # The Hugging Face backend's venv (gpu/hf; scripts/ensure-hf-env.sh).
 HFPY ?= $(T1FLOW_HOME)/hfenv/bin/python
 
-.PHONY: all build deps disk docker temporal base-image python hfenv harborenv smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale bench-async lint
+.PHONY: all build deps disk docker temporal base-image python hfenv harborenv compose harbor-oracle-diff smollm2 smollm s3server dev stop worker demo test unit bench bench-smoke bench-audit bench-verify bench-harbor bench-hf bench-scale bench-async lint
 
 all: build
 
@@ -40,6 +40,21 @@ hfenv:
 # and rules are read from it, and the differential tests run its code.
 harborenv:
 	@scripts/ensure-harbor-env.sh
+
+# Docker Compose v5 (pinned in tools/docker-compose/go.mod) as a Docker CLI
+# plugin in $(T1FLOW_HOME)/docker/cli-plugins, for Harbor's own Docker
+# environment. Opt-in, not part of `make test`: about 4 minutes to build from
+# an empty module cache on 2 cores.
+compose:
+	@scripts/ensure-docker-compose.sh
+
+# Harbor's own oracle (harbor run -a oracle -e docker) against t1flow's on
+# examples/harbor-proof, task by task (TestHarborOracleAgrees; the table in
+# docs/task-format.md's "Proof tasks"), Harbor's job kept in HARBOR_JOBS.
+# About 6 minutes on 2 cores, Harbor's run the longer; not part of `make test`.
+HARBOR_JOBS ?= $(T1FLOW_HOME)/harbor-jobs
+harbor-oracle-diff: deps harborenv compose
+	T1FLOW_INTEGRATION=1 T1FLOW_HARBOR_ORACLE=1 T1FLOW_HARBOR_JOBS=$(HARBOR_JOBS) go test -count=1 -v -timeout 40m -run 'TestHarborOracleAgrees$$' ./workflows/
 
 docker:
 	@scripts/ensure-sandbox-host.sh

@@ -15,8 +15,9 @@ import (
 )
 
 // proofWant is one examples/harbor-proof task's expected result for one
-// agent: Harbor's reward (what Harbor's oracle run gives: reward.json, else
-// reward.txt), t1flow's harbor_reward when it differs (a measured
+// agent: Harbor's reward by Harbor's rules (reward.json, else reward.txt;
+// TestHarborOracleAgrees runs Harbor itself and says where it gives
+// otherwise offline), t1flow's harbor_reward when it differs (a measured
 // divergence, documented in docs/task-format.md), and T1's assertion counts
 // from CTRF (passed, skipped, total).
 type proofWant struct {
