@@ -216,7 +216,7 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 	}
 	for _, r := range s.Recent {
 		b, _ := json.Marshal(r.Metrics)
-		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r)+stalenessText(r), b)
+		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r)+stalenessText(r)+workflows.OversampleText(r), b)
 	}
 	for _, e := range s.Evals {
 		fmt.Fprintf(w, "  eval %s\n", e)

@@ -72,6 +72,11 @@ type CampaignState struct {
 	// checkpoints and evals), for the trainer's and the rollouts' busy shares.
 	PPOStarted time.Time `json:"ppo_started,omitempty"`
 	PPOEnded   time.Time `json:"ppo_ended,omitempty"`
+	// Carried: rollouts the last PPO step handed on that no step has adopted
+	// yet (ppo.oversample, oversample.go); CarriedDropped: carried rollouts
+	// cancelled because a step failed or was sampled again.
+	Carried        []CarriedRollout `json:"carried,omitempty"`
+	CarriedDropped int              `json:"carried_dropped,omitempty"`
 }
 
 // CampaignInput is the config and, after continue-as-new, the state.
@@ -135,6 +140,12 @@ type campaignRun struct {
 	// (lookahead.go).
 	ahead     *aheadStep
 	collected map[string]bool
+	// over: this step oversamples (ppo.oversample); carry: the rollouts
+	// each step start (first run ID) handed on; stepRun: the step's start
+	// awaited now (oversample.go).
+	over    bool
+	carry   map[string][]CarriedRollout
+	stepRun string
 }
 
 // CampaignWorkflow runs the T1 recipe as one durable job: base eval, SFT,
