@@ -2,17 +2,20 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
@@ -76,7 +79,17 @@ func newOversampleRig(t *testing.T, k int) *oversampleRig {
 	r.in.Config.PPO.MaxStaleness, r.in.Config.PPO.MaxFailedShare = k, 0.5
 	r.in.Config.Policy.Temperature = 1
 
+	// The test environment cancels a running workflow by ID itself, and asks
+	// this for one that has closed.
+	r.env.OnRequestCancelExternalWorkflow(mock.Anything, mock.Anything, mock.Anything).Return(errors.New("workflow execution already completed")).Maybe()
+	calls := map[string]int{}
 	r.env.OnActivity(gact.TrainerPPOStep, mock.Anything, mock.Anything).After(2 * time.Minute).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
+		calls[ti.Key]++
+		if r.fail != nil {
+			if err := r.fail(ti.Key, calls[ti.Key]); err != nil {
+				return nil, err
+			}
+		}
 		r.keys = append(r.keys, ti.Key)
 		r.batches[ti.Key] = ti.Trajectories
 		r.version++
@@ -184,5 +197,53 @@ func TestOversampleWithStepsStartedAhead(t *testing.T) {
 		if want := map[bool]int{true: 0, false: 1}[id == r.longest]; trained[id] != want {
 			t.Errorf("step %d's sample %s trained %d times, want %d", from, id, trained[id], want)
 		}
+	}
+}
+
+// A step that fails after handing rollouts on cancels what was carried into
+// it and out of it, waits for them to close and counts them dropped: the
+// retry starts the step's rollout IDs again, and finds none of them taken.
+func TestOversampleFailedStepDropsItsCarriedRollouts(t *testing.T) {
+	r := newOversampleRig(t, 1)
+	r.fail = func(key string, call int) error {
+		if strings.HasSuffix(key, "/ppo/2") && call == 1 {
+			return temporal.NewNonRetryableApplicationError("the trainer refused the batch", errs.BadInput, nil)
+		}
+		return nil
+	}
+	var seen CampaignStatus
+	// Step 2 fails at 10:00 (collected at 8:00, 2 minutes' update) while its
+	// 6-minute rollout, started at 5:00, still runs.
+	decideLater(t, r.env, 10*time.Minute+30*time.Second, UpdateRetry, &seen)
+	st, _ := r.run(t)
+	if seen.Failure == nil || seen.Failure.Stage != "ppo-2" {
+		t.Fatalf("at the decision: %+v", seen)
+	}
+	if len(st.Steps) != 4 {
+		t.Fatalf("steps %+v", st.Steps)
+	}
+	// Into step 2: step 1's 6- and 12-minute rollouts; out of it: the
+	// 12-minute one and step 2's own 6-minute one.
+	if st.CarriedDropped != 3 || len(st.Carried) != 0 {
+		t.Errorf("carried dropped %d, left %v; want 3, none", st.CarriedDropped, st.Carried)
+	}
+	trained := map[string]int{}
+	for _, b := range r.batches {
+		for _, ref := range b {
+			trained[ref.TaskID]++
+		}
+	}
+	for id, n := range trained {
+		if n != 1 {
+			t.Errorf("sample %s trained %d times", id, n)
+		}
+	}
+	for _, s := range st.Steps {
+		if s.Failed != 0 || s.Stale != 0 {
+			t.Errorf("step %d: failed %d, stale %d (a rollout ID found taken counts failed)", s.Step, s.Failed, s.Stale)
+		}
+	}
+	if s2 := st.Steps[1]; s2.CarriedIn != 0 || s2.Trained < 3 {
+		t.Errorf("step 2 again: carried in %d, trained %d; want a fresh start", s2.CarriedIn, s2.Trained)
 	}
 }
