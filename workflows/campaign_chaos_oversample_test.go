@@ -137,7 +137,7 @@ func checkOversampleOutcome(t *testing.T, c client.Client, name string, perStep 
 	}
 	executions, counted, carried, carriedIn := 0, s.CarriedDropped, 0, 0
 	for _, r := range s.Steps {
-		t.Logf("step %d: %d rollouts, trained %d (carried in %d, stale %d), carried on %d, dropped %d, aborted %d, failed %d, stale %d; %s",
+		t.Logf("step %d: %d rollouts, trained %d (carried in %d, stale %d), carried on %d, dropped %d, aborted %d, failed %d, stale %d%s",
 			r.Step, r.Rollouts, r.Trained, r.CarriedIn, r.CarriedStale, r.Carried, r.Dropped, r.Aborted, r.Failed, r.Stale, workflows.OversampleText(r))
 		if r.Rollouts < perStep || r.Trained == 0 {
 			t.Errorf("step %d: %d outcomes, %d trained; want at least %d outcomes", r.Step, r.Rollouts, r.Trained, perStep)

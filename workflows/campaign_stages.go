@@ -309,6 +309,7 @@ func StepScalars(s StepRecord) map[string]float64 {
 			out["rollout/staleness_mean"] = float64(sum) / float64(n)
 		}
 	}
+	oversampleScalars(s, out)
 	for k, v := range s.Metrics {
 		if f, ok := v.(float64); ok {
 			out["ppo/"+k] = f

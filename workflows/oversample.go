@@ -317,3 +317,18 @@ func OversampleText(r StepRecord) string {
 	return fmt.Sprintf("; oversampled: carried on %d, carried in and trained %d, carried in stale %d, dropped %d; turns of trained %d: mean %.1f p90 %d, of finished %d: mean %.1f p90 %d",
 		r.Carried, r.CarriedIn, r.CarriedStale, r.Dropped, tn, tm, tp, fn, fm, fp)
 }
+
+// oversampleScalars adds, under ppo.oversample, the step's carried, adopted
+// and dropped counts and the mean and p90 turns of trained and finished
+// rollouts to its TensorBoard tags.
+func oversampleScalars(s StepRecord, out map[string]float64) {
+	if s.TurnsFinished == nil && s.Carried == 0 && s.Dropped == 0 {
+		return
+	}
+	out["rollout/carried"], out["rollout/carried_in"], out["rollout/carried_stale"], out["rollout/dropped"] =
+		float64(s.Carried), float64(s.CarriedIn), float64(s.CarriedStale), float64(s.Dropped)
+	_, tm, tp := TurnStats(s.TurnsTrained)
+	_, fm, fp := TurnStats(s.TurnsFinished)
+	out["rollout/turns_trained_mean"], out["rollout/turns_trained_p90"] = tm, float64(tp)
+	out["rollout/turns_finished_mean"], out["rollout/turns_finished_p90"] = fm, float64(fp)
+}

@@ -247,3 +247,20 @@ func TestOversampleFailedStepDropsItsCarriedRollouts(t *testing.T) {
 		t.Errorf("step 2 again: carried in %d, trained %d; want a fresh start", s2.CarriedIn, s2.Trained)
 	}
 }
+
+// The turn statistics the report and TensorBoard show.
+func TestTurnStatsAndOversampleScalars(t *testing.T) {
+	if n, mean, p90 := TurnStats([]int{0, 0, 0, 8, 0, 0, 2}); n != 10 || mean != 3.6 || p90 != 6 {
+		t.Errorf("TurnStats: n %d, mean %v, p90 %d; want 10, 3.6, 6", n, mean, p90)
+	}
+	if n, _, p90 := TurnStats([]int{0, 9, 1}); n != 10 || p90 != 1 {
+		t.Errorf("TurnStats: n %d, p90 %d; want 10, 1 (9 of 10 at 1 turn)", n, p90)
+	}
+	sc := StepScalars(StepRecord{Carried: 2, CarriedIn: 1, TurnsTrained: []int{0, 0, 1}, TurnsFinished: []int{0, 0, 1, 1}})
+	if sc["rollout/carried"] != 2 || sc["rollout/carried_in"] != 1 || sc["rollout/turns_finished_mean"] != 2.5 || sc["rollout/turns_trained_p90"] != 2 {
+		t.Errorf("scalars %v", sc)
+	}
+	if _, ok := StepScalars(StepRecord{Trained: 3})["rollout/carried"]; ok {
+		t.Errorf("a step without oversampling has oversampling tags")
+	}
+}
