@@ -201,6 +201,9 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		fmt.Fprintf(w, "  in flight: %s\n", s.InFlight)
 	}
 	fmt.Fprintf(w, "  aborted %d, failed %d, stale %d rollouts left out of training\n", s.Aborted, s.Failed, s.Stale)
+	if s.Carried+s.CarriedDropped > 0 {
+		fmt.Fprintf(w, "  oversampling: %d rollouts carried to the next step, %d carried rollouts cancelled with a failed step\n", s.Carried, s.CarriedDropped)
+	}
 	tampered := 0
 	for _, r := range s.Recent {
 		tampered += r.Tampered

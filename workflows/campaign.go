@@ -118,6 +118,10 @@ type CampaignStatus struct {
 	Skipped []string       `json:"skipped,omitempty"`
 	Resumes []ResumeRecord `json:"resumes,omitempty"`
 	Trainer string         `json:"trainer,omitempty"` // the trainer it is pinned to
+	// Carried: rollouts handed on that the next step has not adopted yet;
+	// CarriedDropped: carried rollouts cancelled (ppo.oversample).
+	Carried        int `json:"carried,omitempty"`
+	CarriedDropped int `json:"carried_dropped,omitempty"`
 }
 
 // CampaignResult is the finished campaign and its report.
@@ -212,7 +216,8 @@ func (c *campaignRun) status() CampaignStatus {
 	s := CampaignStatus{Name: c.cfg.Name, Phase: c.st.Phase, Step: c.st.Step, Steps: c.cfg.PPO.Steps, Paused: c.st.Paused,
 		Concurrency: c.st.Concurrency, WeightVersion: c.st.WeightVersion, InFlight: c.inFlight, Aborted: c.st.Aborted,
 		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, Recent: []StepRecord{}, Evals: []string{},
-		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped, Resumes: c.st.Resumes}
+		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped, Resumes: c.st.Resumes,
+		Carried: len(c.st.Carried), CarriedDropped: c.st.CarriedDropped}
 	if c.st.Checkpoint != nil {
 		s.Checkpoint = c.st.Checkpoint.Name
 	}

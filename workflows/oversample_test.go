@@ -216,7 +216,7 @@ func TestOversampleFailedStepDropsItsCarriedRollouts(t *testing.T) {
 	// 6-minute rollout, started at 5:00, still runs.
 	decideLater(t, r.env, 10*time.Minute+30*time.Second, UpdateRetry, &seen)
 	st, _ := r.run(t)
-	if seen.Failure == nil || seen.Failure.Stage != "ppo-2" {
+	if seen.Failure == nil || seen.Failure.Stage != "ppo-2" || seen.CarriedDropped != 3 || seen.Carried != 0 {
 		t.Fatalf("at the decision: %+v", seen)
 	}
 	if len(st.Steps) != 4 {
