@@ -201,6 +201,9 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		fmt.Fprintf(w, "  in flight: %s\n", s.InFlight)
 	}
 	fmt.Fprintf(w, "  aborted %d, failed %d, stale %d rollouts left out of training\n", s.Aborted, s.Failed, s.Stale)
+	if s.Carried+s.CarriedDropped > 0 {
+		fmt.Fprintf(w, "  oversampling: %d rollouts carried to the next step, %d carried rollouts cancelled with a failed step\n", s.Carried, s.CarriedDropped)
+	}
 	tampered := 0
 	for _, r := range s.Recent {
 		tampered += r.Tampered
@@ -216,7 +219,7 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 	}
 	for _, r := range s.Recent {
 		b, _ := json.Marshal(r.Metrics)
-		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r)+stalenessText(r), b)
+		fmt.Fprintf(w, "  step %d (%s): %d/%d trained, reward %.3f, turns %.1f%s, %s\n", r.Step, r.PolicyVersion, r.Trained, r.Rollouts, r.RewardMean, r.MeanTurns, retriesText(r)+stalenessText(r)+workflows.OversampleText(r), b)
 	}
 	for _, e := range s.Evals {
 		fmt.Fprintf(w, "  eval %s\n", e)

@@ -95,6 +95,39 @@ type ReportNumbers struct {
 	Retention *workflows.Retention `json:"checkpoint_retention,omitempty"`
 	// Timing of the PPO phase (nil for campaigns from before it was recorded).
 	Timing *PPOTiming `json:"ppo_timing,omitempty"`
+	// Oversampling per step (nil without ppo.oversample).
+	Oversample *OversampleNumbers `json:"oversample,omitempty"`
+}
+
+// OversampleNumbers are, per PPO step under ppo.oversample, the rollouts
+// handed on to the next step, those handed in that trained or were stale,
+// the samples dropped, and the turns of trained against finished rollouts
+// (mean and p90); CarriedDropped the carried rollouts cancelled because a
+// step failed or was sampled again.
+type OversampleNumbers struct {
+	Carried        []int     `json:"carried"`
+	CarriedIn      []int     `json:"carried_in"`
+	CarriedStale   []int     `json:"carried_stale"`
+	Dropped        []int     `json:"dropped"`
+	TrainedTurns   []float64 `json:"trained_turns_mean"`
+	TrainedP90     []int     `json:"trained_turns_p90"`
+	FinishedTurns  []float64 `json:"finished_turns_mean"`
+	FinishedP90    []int     `json:"finished_turns_p90"`
+	CarriedDropped int       `json:"carried_dropped"`
+}
+
+func oversampleNumbers(rep workflows.CampaignReportData) *OversampleNumbers {
+	if rep.Config.PPO.Oversample == 0 {
+		return nil
+	}
+	o := &OversampleNumbers{CarriedDropped: rep.State.CarriedDropped}
+	for _, s := range rep.State.Steps {
+		_, tm, tp := workflows.TurnStats(s.TurnsTrained)
+		_, fm, fp := workflows.TurnStats(s.TurnsFinished)
+		o.Carried, o.CarriedIn, o.CarriedStale, o.Dropped = append(o.Carried, s.Carried), append(o.CarriedIn, s.CarriedIn), append(o.CarriedStale, s.CarriedStale), append(o.Dropped, s.Dropped)
+		o.TrainedTurns, o.TrainedP90, o.FinishedTurns, o.FinishedP90 = append(o.TrainedTurns, tm), append(o.TrainedP90, tp), append(o.FinishedTurns, fm), append(o.FinishedP90, fp)
+	}
+	return o
 }
 
 // PPOTiming is where the PPO phase's wall time went: the trainer's share
@@ -136,7 +169,7 @@ func metric(m map[string]any, k string) float64 {
 func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV, WarmupGate: rep.State.WarmupGate,
 		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}, Retention: rep.State.Retention,
-		Timing: ppoTiming(rep.State)}
+		Timing: ppoTiming(rep.State), Oversample: oversampleNumbers(rep)}
 	for _, s := range rep.State.Steps {
 		n.Steps = append(n.Steps, s.Step)
 		n.Reward = append(n.Reward, s.RewardMean)
@@ -190,6 +223,10 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 		fmt.Fprintf(&b, "<p>PPO phase: %.0f s; the trainer was busy in ppo_step %.0f%% of it, the rollouts collecting %.0f%%; %d of %d steps started ahead (max_staleness %d).</p>",
 			t.WallSeconds, 100*t.TrainerBusy, 100*t.RolloutsBusy, t.StartedAhead, len(n.Steps), rep.Config.PPO.MaxStaleness)
 	}
+	if o := n.Oversample; o != nil {
+		fmt.Fprintf(&b, "<p>Oversampling (ppo.oversample = %d): per step, rollouts carried on %v, carried in and trained %v, carried in stale %v, samples dropped %v; %d carried rollouts cancelled with a failed step.</p>",
+			rep.Config.PPO.Oversample, o.Carried, o.CarriedIn, o.CarriedStale, o.Dropped, o.CarriedDropped)
+	}
 	steps := stepTicks(n.Steps)
 	b.WriteString(chart{Title: "mean reward and resolved rate per PPO step (its own rollouts)", XLabel: "PPO step", YLabel: "rate (0-1)",
 		X: steps, Series: map[string][]float64{"reward": n.Reward, "resolved": n.Resolved}, Rates: true}.svg())
@@ -197,6 +234,17 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	b.WriteString(chart{Title: "train-inference log-prob gap", XLabel: "PPO step", YLabel: "mean |Δ log-prob|", X: steps,
 		Series: map[string][]float64{"with R3": n.GapReplay, "without R3": n.GapFree}}.svg())
 	b.WriteString(chart{Title: "mean turns per rollout", XLabel: "PPO step", YLabel: "turns", X: steps, Series: map[string][]float64{"turns": n.Turns}}.svg())
+	if o := n.Oversample; o != nil {
+		p90 := func(xs []int) []float64 {
+			var out []float64
+			for _, x := range xs {
+				out = append(out, float64(x))
+			}
+			return out
+		}
+		b.WriteString(chart{Title: "turns of trained against finished rollouts (oversampling)", XLabel: "PPO step", YLabel: "turns", X: steps,
+			Series: map[string][]float64{"trained mean": o.TrainedTurns, "finished mean": o.FinishedTurns, "trained p90": p90(o.TrainedP90), "finished p90": p90(o.FinishedP90)}}.svg())
+	}
 	b.WriteString("<h2>Evals per checkpoint</h2><table><tr><th>checkpoint</th><th>policy</th><th>resolved</th><th>mean reward</th><th>mean turns</th><th>rollouts</th></tr>")
 	for _, e := range rep.State.Evals {
 		fmt.Fprintf(&b, "<tr><td>%s</td><td>%s</td><td>%.1f%%</td><td>%.3f</td><td>%.1f</td><td>%d</td></tr>", html.EscapeString(e.Label), html.EscapeString(e.WeightVersion),

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -114,5 +115,28 @@ func TestReportTimesThePPOPhase(t *testing.T) {
 	}
 	if h := renderHTML(rep, n); !strings.Contains(h, "PPO phase: 100 s; the trainer was busy in ppo_step 40% of it, the rollouts collecting 55%; 1 of 2 steps started ahead (max_staleness 1).") {
 		t.Fatalf("html does not show the PPO phase's timing:\n%s", h)
+	}
+}
+
+// Under ppo.oversample the report has, per step, what was carried, adopted
+// and dropped and the turns of trained against finished rollouts; none
+// without it.
+func TestReportShowsOversampling(t *testing.T) {
+	rep := workflows.CampaignReportData{}
+	rep.Config.Name, rep.Config.PPO.MaxStaleness = "demo", 1
+	rep.State.Steps = []workflows.StepRecord{{Step: 1, Carried: 2, TurnsTrained: []int{0, 0, 0, 3}, TurnsFinished: []int{0, 0, 0, 3}},
+		{Step: 2, Carried: 1, CarriedIn: 1, Dropped: 1, TurnsTrained: []int{0, 0, 0, 2, 0, 0, 1}, TurnsFinished: []int{0, 0, 0, 2, 0, 0, 1}}}
+	if n := reportNumbers(rep); n.Oversample != nil || strings.Contains(renderHTML(rep, n), "Oversampling") {
+		t.Fatalf("oversampling numbers without ppo.oversample: %+v", n.Oversample)
+	}
+	rep.Config.PPO.Oversample, rep.State.CarriedDropped = 2, 1
+	n := reportNumbers(rep)
+	o := n.Oversample
+	if o == nil || fmt.Sprint(o.Carried, o.CarriedIn, o.Dropped, o.TrainedP90, o.FinishedTurns) != "[2 1] [0 1] [0 1] [3 6] [3 4]" || o.CarriedDropped != 1 {
+		t.Fatalf("oversample numbers %+v", o)
+	}
+	if h := renderHTML(rep, n); !strings.Contains(h, "Oversampling (ppo.oversample = 2): per step, rollouts carried on [2 1], carried in and trained [0 1]") ||
+		!strings.Contains(h, "turns of trained against finished rollouts") {
+		t.Fatalf("html does not show oversampling:\n%s", h)
 	}
 }

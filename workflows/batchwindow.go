@@ -36,6 +36,10 @@ type BatchWindow struct {
 	Pending  []gpu.TrajectoryRef `json:"pending,omitempty"` // batch not yet in a chunk
 	Chunks   []store.Ref         `json:"chunks,omitempty"`
 	Runs     int                 `json:"runs"` // runs before this one
+	// Adopted: rollouts the previous step handed on (RolloutBatch.Carried)
+	// still in flight here, under job adoptedJob; their results come from
+	// Temporal (oversample.go).
+	Adopted map[string]RolloutInput `json:"adopted,omitempty"`
 }
 
 // BackoffEntry is a sample that starts again at Due.
@@ -79,6 +83,7 @@ func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step in
 		}
 		bw.w = &BatchWindow{Stage: stage, Step: step, Deadline: workflow.Now(ctx).Add(time.Duration(minutes * float64(time.Minute))),
 			Retries: make([]int, len(b.Tasks)), InFlight: map[string]int{}}
+		bw.adopt(b.Carried)
 	}
 	if bw.w.InFlight == nil {
 		bw.w.InFlight = map[string]int{}
@@ -88,6 +93,9 @@ func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step in
 	}
 	bw.rw = newRolloutWindow(bw.w.InFlight, bw.result)
 	bw.rw.receive(ctx)
+	if len(bw.w.Adopted) > 0 {
+		bw.rw.pollAdopted(ctx, bw.w.Adopted)
+	}
 	for _, e := range bw.w.Backoff { // timers of the last run died with it
 		bw.wake(ctx, e)
 	}
@@ -105,6 +113,9 @@ func collectWindowed(ctx workflow.Context, b RolloutBatch, stage string, step in
 			return collected{}, bw.failed(ctx, err)
 		}
 		if bw.finished() {
+			if bw.b.Need > 0 {
+				return bw.handOn(ctx), nil
+			}
 			// The next collection of this run (a warm-up's) has a receiver of its own.
 			bw.rw.stopReceiving(ctx)
 			return bw.collected(), nil
@@ -126,6 +137,9 @@ func (bw *batchWindow) canStart() bool {
 }
 
 func (bw *batchWindow) finished() bool {
+	if bw.b.Need > 0 && bw.w.Counts.Rollouts >= bw.b.Need {
+		return true
+	}
 	return bw.w.Next >= len(bw.b.Tasks) && len(bw.w.Ready) == 0 && len(bw.w.Backoff) == 0 && len(bw.w.InFlight) == 0
 }
 
@@ -139,13 +153,8 @@ func (bw *batchWindow) startNext(ctx workflow.Context) {
 		i = w.Next
 		w.Next++
 	}
-	agent := b.Agent
-	agent.Inference = rotate(b.Agent.Inference, w.Retries[i])
-	t := b.Tasks[i]
-	// Attempts 1..draws are the samples of a task; retry k of a sample is k draws on.
-	rin := RolloutInput{CampaignID: b.Campaign, Stage: w.Stage, Step: w.Step, Task: t, Attempt: bw.first[i] + w.Retries[i]*bw.draws[t.ID],
-		Agent: agent, TurnCap: b.TurnCap, S: b.S}
-	summary := fmt.Sprintf("%s %s %d: %s", b.Campaign, w.Stage, w.Step, t.Name)
+	rin := bw.input(i)
+	summary := fmt.Sprintf("%s %s %d: %s", b.Campaign, w.Stage, w.Step, b.Tasks[i].Name)
 	if w.Retries[i] > 0 {
 		summary += fmt.Sprintf(" (retry %d after an abort)", w.Retries[i])
 	}
@@ -154,12 +163,27 @@ func (bw *batchWindow) startNext(ctx workflow.Context) {
 	*bw.status = len(w.InFlight)
 }
 
+// input is sample i's next start: retry w.Retries[i] of it.
+func (bw *batchWindow) input(i int) RolloutInput {
+	w, b := bw.w, bw.b
+	agent := b.Agent
+	agent.Inference = rotate(b.Agent.Inference, w.Retries[i])
+	t := b.Tasks[i]
+	// Attempts 1..draws are the samples of a task; retry k of a sample is k draws on.
+	return RolloutInput{CampaignID: b.Campaign, Stage: w.Stage, Step: w.Step, Task: t, Attempt: bw.first[i] + w.Retries[i]*bw.draws[t.ID],
+		Agent: agent, TurnCap: b.TurnCap, S: b.S}
+}
+
 // result takes sample i's outcome: an abort before the deadline waits its
 // backoff and starts again; anything else is counted, and a trajectory
 // joins the batch.
 func (bw *batchWindow) result(ctx workflow.Context, r RolloutResult, i int) {
 	w := bw.w
 	*bw.status = len(w.InFlight)
+	if i == adoptedJob {
+		bw.adoptedResult(r)
+		return
+	}
 	if r.Outcome == OutcomeAborted {
 		wait := min(abortBackoff<<min(w.Retries[i], 16), abortBackoffMax)
 		if due := workflow.Now(ctx).Add(wait); due.Before(w.Deadline) {
@@ -244,4 +268,14 @@ func (bw *batchWindow) continueAsNew(ctx workflow.Context, cont func(*BatchWindo
 func (bw *batchWindow) failed(ctx workflow.Context, err error) error {
 	bw.rw.cancelAll(ctx)
 	return err
+}
+
+// rotate moves the first k replicas to the end: a rollout's first request
+// goes to the pool's first replica, so retry k starts on another one.
+func rotate(urls []string, k int) []string {
+	if len(urls) < 2 || k%len(urls) == 0 {
+		return urls
+	}
+	k %= len(urls)
+	return append(append([]string{}, urls[k:]...), urls[:k]...)
 }

@@ -72,6 +72,11 @@ type CampaignState struct {
 	// checkpoints and evals), for the trainer's and the rollouts' busy shares.
 	PPOStarted time.Time `json:"ppo_started,omitempty"`
 	PPOEnded   time.Time `json:"ppo_ended,omitempty"`
+	// Carried: rollouts the last PPO step handed on that no step has adopted
+	// yet (ppo.oversample, oversample.go); CarriedDropped: carried rollouts
+	// cancelled because a step failed or was sampled again.
+	Carried        []CarriedRollout `json:"carried,omitempty"`
+	CarriedDropped int              `json:"carried_dropped,omitempty"`
 }
 
 // CampaignInput is the config and, after continue-as-new, the state.
@@ -113,6 +118,10 @@ type CampaignStatus struct {
 	Skipped []string       `json:"skipped,omitempty"`
 	Resumes []ResumeRecord `json:"resumes,omitempty"`
 	Trainer string         `json:"trainer,omitempty"` // the trainer it is pinned to
+	// Carried: rollouts handed on that the next step has not adopted yet;
+	// CarriedDropped: carried rollouts cancelled (ppo.oversample).
+	Carried        int `json:"carried,omitempty"`
+	CarriedDropped int `json:"carried_dropped,omitempty"`
 }
 
 // CampaignResult is the finished campaign and its report.
@@ -135,6 +144,12 @@ type campaignRun struct {
 	// (lookahead.go).
 	ahead     *aheadStep
 	collected map[string]bool
+	// over: this step oversamples (ppo.oversample); carry: the rollouts
+	// each step start (first run ID) handed on; stepRun: the step's start
+	// awaited now (oversample.go).
+	over    bool
+	carry   map[string][]CarriedRollout
+	stepRun string
 }
 
 // CampaignWorkflow runs the T1 recipe as one durable job: base eval, SFT,
@@ -201,7 +216,8 @@ func (c *campaignRun) status() CampaignStatus {
 	s := CampaignStatus{Name: c.cfg.Name, Phase: c.st.Phase, Step: c.st.Step, Steps: c.cfg.PPO.Steps, Paused: c.st.Paused,
 		Concurrency: c.st.Concurrency, WeightVersion: c.st.WeightVersion, InFlight: c.inFlight, Aborted: c.st.Aborted,
 		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, Recent: []StepRecord{}, Evals: []string{},
-		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped, Resumes: c.st.Resumes}
+		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped, Resumes: c.st.Resumes,
+		Carried: len(c.st.Carried), CarriedDropped: c.st.CarriedDropped}
 	if c.st.Checkpoint != nil {
 		s.Checkpoint = c.st.Checkpoint.Name
 	}

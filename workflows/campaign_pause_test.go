@@ -46,6 +46,14 @@ var storedEvents []activities.StoreEventsInput
 // into inference, in order.
 var loaded []string
 
+// sampleTasks, when set after campaignSaveEnv, answers SampleTasks instead
+// of its fixed tasks.
+var sampleTasks func(activities.SampleInput) []task.Ref
+
+// registerFirst, set before campaignSaveEnv, registers workflows of its
+// own (before any mock, as the test environment wants).
+var registerFirst func(*testsuite.TestWorkflowEnvironment)
+
 // campaignSaveEnv is campaignBaseEnv whose checkpoint saves answer save.
 func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (gpu.Checkpoint, error), initErr ...error) (*testsuite.TestWorkflowEnvironment, CampaignInput, *[]gpu.InitInput) {
 	var s testsuite.WorkflowTestSuite
@@ -55,6 +63,10 @@ func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (g
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
 	registerSweepFakes(env)
+	if registerFirst != nil {
+		registerFirst(env)
+		registerFirst = nil
+	}
 	var inits []gpu.InitInput
 	env.OnActivity(gact.TrainerInit, mock.Anything, mock.Anything).Return(func(_ context.Context, in gpu.InitInput) (gpu.Health, error) {
 		inits = append(inits, in)
@@ -70,7 +82,13 @@ func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (g
 		loaded = append(loaded, in.Checkpoint.WeightVersion)
 		return in.Checkpoint.WeightVersion, nil
 	})
-	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return(tasks, nil)
+	sampleTasks = nil
+	env.OnActivity(act.SampleTasks, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SampleInput) ([]task.Ref, error) {
+		if sampleTasks != nil {
+			return sampleTasks(in), nil
+		}
+		return tasks, nil
+	})
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
 	env.OnActivity(act.StoreEvents, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.StoreEventsInput) (store.Ref, error) {
 		storedEvents = append(storedEvents, in)

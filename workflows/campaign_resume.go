@@ -61,6 +61,8 @@ func (c *campaignRun) resumeState() (CampaignInput, error) {
 func (c *campaignRun) resumeFrom(ctx workflow.Context) error {
 	st := c.st
 	ck := *st.Checkpoint
+	// The closed run's carried rollouts are gone with it (oversample.go).
+	st.CarriedDropped, st.Carried = st.CarriedDropped+len(st.Carried), nil
 	c.inFlight = "resume from " + ck.Name
 	c.details(ctx)
 	var h gpu.Health

@@ -213,27 +213,35 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	c.inFlight = fmt.Sprintf("ppo step %d", step)
 	c.details(ctx)
-	ahead := c.lookAhead(ctx) // lookahead.go
+	ahead := c.lookAhead(ctx)                          // lookahead.go
+	c.over, c.stepRun = c.oversampling(ctx, ahead), "" // oversample.go
 	var fut workflow.ChildWorkflowFuture
 	if ahead {
 		fut = c.takeAhead(ctx, step)
 	}
 	if fut == nil {
-		tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, c.cfg.PPO.TasksPerStep, step)
+		tasks, need, err := c.stepTasks(ctx, step, len(c.st.Carried))
 		if err != nil {
 			return err
 		}
 		cctx := cancelledChildCtx(ctx, ids.PPOStepWorkflowID(c.cfg.Name, step), fmt.Sprintf("%s PPO step %d", c.cfg.Name, step))
 		b := c.batch(tasks)
 		b.MaxStaleness = c.cfg.PPO.MaxStaleness
+		if c.over {
+			b.Need, b.Carried = need, c.st.Carried
+		}
 		fut = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
 			RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(), NotifyParent: ahead,
 		})
 	}
 	var res StepRecord
 	if err := c.awaitStep(ctx, step, fut, ahead, &res); err != nil {
+		if c.over {
+			c.dropCarried(ctx)
+		}
 		return err
 	}
+	c.handedOn(step, &res)
 	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
 	if err := c.checkpoint(ctx, fmt.Sprintf("step-%04d", step)); err != nil {
 		return err
@@ -301,6 +309,7 @@ func StepScalars(s StepRecord) map[string]float64 {
 			out["rollout/staleness_mean"] = float64(sum) / float64(n)
 		}
 	}
+	oversampleScalars(s, out)
 	for k, v := range s.Metrics {
 		if f, ok := v.(float64); ok {
 			out["ppo/"+k] = f

@@ -64,6 +64,7 @@ func mockedRollout(ctx workflow.Context, rin RolloutInput, res RolloutResult) (R
 	if rin.ReportToParent {
 		reportToParent(ctx, rin, res, nil)
 	}
+	mockClosed.put(res)
 	return res, nil
 }
 

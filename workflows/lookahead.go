@@ -31,12 +31,30 @@ import (
 // nothing trained), step n+1 is cancelled and started again on the served
 // policy: its rollouts are sampled again, never trained on a wrong label.
 
+// Signals between a campaign and a PPO step started ahead (look-ahead.go).
+const (
+	SignalStepCollected = "ppo_step_collected" // step -> campaign: a StepCollected
+	SignalTrainOn       = "ppo_train_on"       // campaign -> step: the version it may train on
+)
+
+// StepCollected says which start of which step has its batch: RunID is
+// the step's first run, as its parent saw it start, so a signal of a step
+// that was cancelled or failed and started again is not taken for the new
+// start's.
+type StepCollected struct {
+	Step  int    `json:"step"`
+	RunID string `json:"run_id"`
+	// Carried: the rollouts still running that the next step adopts.
+	Carried []CarriedRollout `json:"carried,omitempty"`
+}
+
 // aheadStep is a PPO step started while the previous one trained.
 type aheadStep struct {
 	step    int
 	version string // the version its rollouts were judged against
 	fut     workflow.ChildWorkflowFuture
 	cancel  workflow.CancelFunc
+	carried int // rollouts the step before handed on to it
 }
 
 // lookAhead says whether this campaign starts steps ahead (recorded once per
@@ -59,6 +77,12 @@ func (c *campaignRun) receiveCollected(ctx workflow.Context) {
 				c.collected = map[string]bool{}
 			}
 			c.collected[s.RunID] = true
+			if len(s.Carried) > 0 {
+				if c.carry == nil {
+					c.carry = map[string][]CarriedRollout{}
+				}
+				c.carry[s.RunID] = s.Carried
+			}
 		}
 	})
 }
@@ -75,7 +99,8 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 	if a.version != c.st.WeightVersion {
 		workflow.GetLogger(ctx).Warn("the step started ahead expected other weights: sampling it again", "step", step, "expected", a.version, "served", c.st.WeightVersion)
 		a.cancel()
-		_ = a.fut.Get(ctx, nil) // cancelled, or already failed: either way it trained nothing
+		_ = a.fut.Get(ctx, nil)          // cancelled, or already failed: either way it trained nothing
+		c.st.CarriedDropped += a.carried // it cancelled them
 		return nil
 	}
 	// Waits for the step to have started; fails when it has closed, and its result says how.
@@ -85,6 +110,7 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 			// Running, yet unreachable: it would wait for ever. Sample it again.
 			a.cancel()
 			_ = a.fut.Get(ctx, nil)
+			c.st.CarriedDropped += a.carried
 			return nil
 		}
 	}
@@ -94,18 +120,23 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 // mayStartAhead: step's successor may start now (run is the awaited start
 // of step, whose collection must be done).
 func (c *campaignRun) mayStartAhead(ctx workflow.Context, step int, run string) bool {
+	// Oversampling, a step started ahead would find the rollouts handed to
+	// it two versions behind when their first turns came before the
+	// handing step's version loaded: at max_staleness 1 their own
+	// in-flight rollouts run while a step trains instead (oversample.go).
 	return c.ahead == nil && run != "" && c.collected[run] && step < c.cfg.PPO.Steps && step%c.cfg.PPO.ContinueAsNewEvery != 0 &&
+		(!c.over || c.cfg.PPO.MaxStaleness >= 2) &&
 		!c.st.Paused && c.st.Failure == nil && !workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 }
 
 // startAhead starts PPO step next while the step before it trains. A
 // failure here only means the step starts later, as it would have.
-func (c *campaignRun) startAhead(ctx workflow.Context, next int) {
+func (c *campaignRun) startAhead(ctx workflow.Context, next int, carried []CarriedRollout) {
 	n, ok := gpu.VersionOf(c.st.WeightVersion)
 	if !ok {
 		return
 	}
-	tasks, err := c.poolTasks(ctx, c.cfg.Pools.Train, c.cfg.PPO.TasksPerStep, next)
+	tasks, need, err := c.stepTasks(ctx, next, len(carried))
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("the next step's tasks were not drawn: it starts after this one", "step", next, "error", err)
 		return
@@ -113,6 +144,7 @@ func (c *campaignRun) startAhead(ctx workflow.Context, next int) {
 	b := c.batch(tasks)
 	b.MaxStaleness = c.cfg.PPO.MaxStaleness
 	b.Version = fmt.Sprintf("v%d", n+1)
+	b.Need, b.Carried = need, carried
 	actx, cancel := workflow.WithCancel(ctx)
 	cctx := cancelledChildCtx(actx, ids.PPOStepWorkflowID(c.cfg.Name, next),
 		fmt.Sprintf("%s PPO step %d (rollouts started while step %d trains, on %s)", c.cfg.Name, next, next-1, c.st.WeightVersion))
@@ -122,7 +154,7 @@ func (c *campaignRun) startAhead(ctx workflow.Context, next int) {
 	fut := workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
 		RolloutBatch: b, Step: next, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(), NotifyParent: true, Ahead: true,
 	})
-	c.ahead = &aheadStep{step: next, version: b.Version, fut: fut, cancel: cancel}
+	c.ahead = &aheadStep{step: next, version: b.Version, fut: fut, cancel: cancel, carried: len(carried)}
 	c.inFlight = fmt.Sprintf("ppo step %d (step %d's rollouts started ahead)", next-1, next)
 	c.details(ctx)
 }
@@ -136,12 +168,13 @@ func (c *campaignRun) awaitStep(ctx workflow.Context, step int, fut workflow.Chi
 		if err := fut.GetChildWorkflowExecution().Get(ctx, &exec); err != nil {
 			return c.runBatch(ctx, fut, res) // never started: its result says why
 		}
+		c.stepRun = exec.RunID
 		err := workflow.Await(ctx, func() bool { return fut.IsReady() || c.mayStartAhead(ctx, step, exec.RunID) })
 		if err != nil {
 			return err
 		}
 		if !fut.IsReady() && c.mayStartAhead(ctx, step, exec.RunID) {
-			c.startAhead(ctx, step+1)
+			c.startAhead(ctx, step+1, c.carry[exec.RunID])
 		}
 	}
 	return c.runBatch(ctx, fut, res)
@@ -161,7 +194,7 @@ func (p *ppoStep) awaitTurn(ctx workflow.Context, rec *StepRecord) error {
 			if first == "" { // the SDK's test environment leaves it empty
 				first = info.WorkflowExecution.RunID
 			}
-			err := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalStepCollected, StepCollected{Step: in.Step, RunID: first}).Get(ctx, nil)
+			err := workflow.SignalExternalWorkflow(ctx, parent.ID, "", SignalStepCollected, StepCollected{Step: in.Step, RunID: first, Carried: rec.CarriedRollouts}).Get(ctx, nil)
 			if err != nil {
 				workflow.GetLogger(ctx).Warn("the campaign was not told the step's collection is done", "step", in.Step, "error", err)
 			}

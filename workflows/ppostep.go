@@ -55,6 +55,21 @@ type StepRecord struct {
 	CollectSeconds float64 `json:"collect_seconds,omitempty"`
 	WaitSeconds    float64 `json:"wait_seconds,omitempty"`
 	TrainSeconds   float64 `json:"train_seconds,omitempty"`
+	// Oversampling (ppo.oversample, oversample.go): Carried rollouts were
+	// still running when the step had its outcomes and were handed on to
+	// the next step; CarriedIn of those handed to this step trained here,
+	// CarriedStale were by then too far behind (counted in Stale too).
+	// Dropped: samples never started, waiting in an abort backoff when
+	// the step ended, or carried into a step that could not hand them on.
+	// TurnsTrained and TurnsFinished are histograms ([k]: rollouts of k
+	// turns) of the trained and of all finished rollouts of the step.
+	Carried         int              `json:"carried,omitempty"`
+	CarriedIn       int              `json:"carried_in,omitempty"`
+	CarriedStale    int              `json:"carried_stale,omitempty"`
+	Dropped         int              `json:"dropped,omitempty"`
+	TurnsTrained    []int            `json:"turns_trained,omitempty"`
+	TurnsFinished   []int            `json:"turns_finished,omitempty"`
+	CarriedRollouts []CarriedRollout `json:"carried_rollouts,omitempty"` // handed on; the campaign keeps them in its state
 }
 
 // Aborted rollouts are started again, fresh, until the batch's deadline:
@@ -95,6 +110,12 @@ type RolloutBatch struct {
 	// within K weight versions of Version (ppo.max_staleness); older ones
 	// are left out and counted as stale. 0: only Version itself.
 	MaxStaleness int `json:"max_staleness,omitempty"`
+	// Need: the collection ends once this many rollouts have an outcome,
+	// handing on those still running (0: it waits for every one); Carried:
+	// rollouts the previous step handed on, adopted as this one's
+	// (ppo.oversample, oversample.go).
+	Need    int              `json:"need,omitempty"`
+	Carried []CarriedRollout `json:"carried,omitempty"`
 }
 
 // behind is how many weight versions the oldest segment of a rollout
@@ -138,21 +159,6 @@ type PPOStepInput struct {
 	Began time.Time `json:"began,omitempty"`
 }
 
-// Signals between a campaign and a PPO step started ahead (look-ahead.go).
-const (
-	SignalStepCollected = "ppo_step_collected" // step -> campaign: a StepCollected
-	SignalTrainOn       = "ppo_train_on"       // campaign -> step: the version it may train on
-)
-
-// StepCollected says which start of which step has its batch: RunID is
-// the step's first run, as its parent saw it start, so a signal of a step
-// that was cancelled or failed and started again is not taken for the new
-// start's.
-type StepCollected struct {
-	Step  int    `json:"step"`
-	RunID string `json:"run_id"`
-}
-
 // collected is a batch of trajectories and the rollouts left out of it. A
 // batch too big for one payload is in the store in chunks (a windowed
 // collection, batchwindow.go); the counts travel from run to run.
@@ -160,6 +166,7 @@ type collected struct {
 	batch  []gpu.TrajectoryRef
 	chunks []store.Ref
 	BatchCounts
+	carried []CarriedRollout // still running when Need outcomes were in
 }
 
 // BatchCounts are a collection's outcomes so far.
@@ -179,6 +186,12 @@ type BatchCounts struct {
 	// Staleness[k] counts the trained rollouts whose oldest segment was
 	// sampled k weight versions behind the batch's (ppo.max_staleness > 0).
 	Staleness []int `json:"staleness,omitempty"`
+	// Oversampling only (RolloutBatch.Need > 0): see StepRecord.
+	CarriedIn     int   `json:"carried_in,omitempty"`
+	CarriedStale  int   `json:"carried_stale,omitempty"`
+	Dropped       int   `json:"dropped,omitempty"`
+	TurnsTrained  []int `json:"turns_trained,omitempty"`
+	TurnsFinished []int `json:"turns_finished,omitempty"`
 }
 
 // collect runs one rollout per task, at most width at a time, and keeps the
@@ -289,16 +302,6 @@ func collectRetrying(ctx workflow.Context, b RolloutBatch, stage string, step in
 	return out, nil
 }
 
-// rotate moves the first k replicas to the end: a rollout's first request
-// goes to the pool's first replica, so retry k starts on another one.
-func rotate(urls []string, k int) []string {
-	if len(urls) < 2 || k%len(urls) == 0 {
-		return urls
-	}
-	k %= len(urls)
-	return append(append([]string{}, urls[k:]...), urls[:k]...)
-}
-
 func (c *BatchCounts) took(retries int) {
 	for len(c.Retries) <= retries {
 		c.Retries = append(c.Retries, 0)
@@ -308,6 +311,9 @@ func (c *BatchCounts) took(retries int) {
 
 func (c *collected) add(r RolloutResult, b RolloutBatch) {
 	c.Rollouts++
+	if b.Need > 0 || len(b.Carried) > 0 {
+		defer c.countTurns(r, c.Trained)
+	}
 	behind, fresh := b.behind(r.PolicyVersions)
 	switch {
 	case r.Outcome == OutcomeAborted:
@@ -401,7 +407,9 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 	}
 	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.Rollouts, Trained: col.Trained, Aborted: col.Aborted, Failed: col.Failed, Stale: col.Stale,
 		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0),
-		MaxStaleness: in.MaxStaleness, Staleness: col.Staleness, Ahead: in.Ahead}
+		MaxStaleness: in.MaxStaleness, Staleness: col.Staleness, Ahead: in.Ahead,
+		Carried: len(col.carried), CarriedIn: col.CarriedIn, CarriedStale: col.CarriedStale, Dropped: col.Dropped,
+		TurnsTrained: col.TurnsTrained, TurnsFinished: col.TurnsFinished, CarriedRollouts: col.carried}
 	rec.CollectSeconds = workflow.Now(ctx).Sub(p.in.Began).Seconds()
 	excluded := col.Aborted + col.Failed + col.Stale
 	if col.Rollouts == 0 || col.Trained == 0 || float64(excluded)/float64(col.Rollouts) > in.MaxFailedShare {

@@ -31,6 +31,11 @@ type rolloutWindow struct {
 	// result takes each rollout's result once, after it left inFlight: its
 	// report, or the failure of one that could not report.
 	result func(ctx workflow.Context, r RolloutResult, job int)
+	// adopted: rollouts in flight another workflow started and handed on
+	// (their reports go to it): pollAdopted asks Temporal for their
+	// results; stopPolling ends it (oversample.go).
+	adopted     map[string]RolloutInput
+	stopPolling func(ctx workflow.Context)
 }
 
 type startedRollout struct {
@@ -73,7 +78,7 @@ func (w *rolloutWindow) watch(ctx workflow.Context, f workflow.ChildWorkflowFutu
 func (w *rolloutWindow) earlier() []string {
 	var wids []string
 	for _, wid := range sortedKeys(w.inFlight) {
-		if !w.startedHere[wid] {
+		if _, adopted := w.adopted[wid]; !w.startedHere[wid] && !adopted {
 			wids = append(wids, wid)
 		}
 	}
@@ -183,6 +188,9 @@ func (w *rolloutWindow) drain(ctx workflow.Context) error {
 		return err
 	}
 	w.stopReceiving(ctx)
+	if w.stopPolling != nil {
+		w.stopPolling(ctx)
+	}
 	return nil
 }
 

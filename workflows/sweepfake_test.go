@@ -65,4 +65,43 @@ func registerSweepFakes(env *testsuite.TestWorkflowEnvironment) {
 	env.RegisterActivityWithOptions(func(context.Context, []string) ([]ClosedRollout, error) {
 		return nil, nil // the fakes' rollouts always report
 	}, activity.RegisterOptions{Name: ActivityClosedRollouts})
+	mockClosed.reset()
+	env.RegisterActivityWithOptions(func(_ context.Context, in RolloutResultsInput) ([]ClosedResult, error) {
+		return mockClosed.closed(in.WorkflowIDs), nil // answers at once: the workflow pauses between empty answers
+	}, activity.RegisterOptions{Name: ActivityRolloutResults})
+}
+
+// mockClosed holds the results of the mocked rollouts that completed
+// (mockedRollout), for the fake RolloutResults.
+var mockClosed closedRollouts
+
+type closedRollouts struct {
+	mu sync.Mutex
+	rs map[string]RolloutResult
+}
+
+func (c *closedRollouts) reset() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.rs = map[string]RolloutResult{}
+}
+
+func (c *closedRollouts) put(r RolloutResult) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.rs != nil {
+		c.rs[r.WorkflowID] = r
+	}
+}
+
+func (c *closedRollouts) closed(wids []string) []ClosedResult {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var out []ClosedResult
+	for _, wid := range wids {
+		if r, ok := c.rs[wid]; ok {
+			out = append(out, ClosedResult{WorkflowID: wid, Status: "COMPLETED", Result: &r})
+		}
+	}
+	return out
 }

@@ -78,7 +78,13 @@ type Config struct {
 		// MaxStaleness K: a step trains rollouts sampled within K weight
 		// versions of the policy being trained; older ones are left out and
 		// counted stale (0: only the current version, on-policy).
-		MaxStaleness int     `toml:"max_staleness" json:"max_staleness,omitempty"`
+		MaxStaleness int `toml:"max_staleness" json:"max_staleness,omitempty"`
+		// Oversample O: a step starts tasks_per_step + O rollouts (less those
+		// carried into it), trains once tasks_per_step have an outcome, and
+		// carries the ones still running into the next step instead of
+		// cancelling them (0: every rollout of a step is waited for).
+		// Needs MaxStaleness >= 1: a carried rollout trains one version behind.
+		Oversample   int     `toml:"oversample" json:"oversample,omitempty"`
 		ISCorrection string  `toml:"is_correction" json:"is_correction,omitempty"`
 		ISCap        float64 `toml:"is_cap" json:"is_cap,omitempty"`
 	} `toml:"ppo" json:"ppo"`
@@ -233,6 +239,8 @@ func (ch *checker) check(c *Config) {
 		positive("ppo.continue_as_new_every", c.PPO.ContinueAsNewEvery),
 		{"ppo.step_deadline_minutes", !(c.PPO.StepDeadlineMinutes > 0), fmt.Sprintf("= %v must be > 0 (minutes in which a step retries aborted rollouts)", c.PPO.StepDeadlineMinutes)},
 		nonNegative("ppo.max_staleness", c.PPO.MaxStaleness),
+		nonNegative("ppo.oversample", c.PPO.Oversample),
+		{"ppo.oversample", c.PPO.Oversample > 0 && c.PPO.MaxStaleness < 1, fmt.Sprintf("= %d needs ppo.max_staleness >= 1 (is %d): the rollouts it carries into the next step train one version behind", c.PPO.Oversample, c.PPO.MaxStaleness)},
 		{"ppo.is_correction", !validISCorrection(c.PPO.ISCorrection), fmt.Sprintf("= %q must be none, tis or mis", c.PPO.ISCorrection)},
 		{"ppo.is_cap", !(c.PPO.ISCap >= 1) || math.IsInf(c.PPO.ISCap, 0), fmt.Sprintf("= %v must be a number >= 1 (TIS truncates the importance weight at it; MIS keeps tokens whose weight is within [1/is_cap, is_cap])", c.PPO.ISCap)},
 		nonNegative("eval.every", c.Eval.Every),

@@ -128,6 +128,23 @@ func TestMaxStaleness(t *testing.T) {
 	}
 }
 
+// oversample: 0 by default, never negative, and only with max_staleness >= 1.
+func TestOversample(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	if c, err := Parse("c.toml", base); err != nil || c.PPO.Oversample != 0 {
+		t.Fatalf("default: %d %v", c.PPO.Oversample, err)
+	}
+	if c, err := Parse("c.toml", base+"[ppo]\nmax_staleness = 1\noversample = 2\n"); err != nil || c.PPO.Oversample != 2 {
+		t.Fatalf("2: %d %v", c.PPO.Oversample, err)
+	}
+	if _, err := Parse("c.toml", base+"[ppo]\noversample = 1\n"); err == nil || !strings.Contains(err.Error(), "c.toml: ppo.oversample = 1 needs ppo.max_staleness >= 1") {
+		t.Fatalf("without max_staleness: %v", err)
+	}
+	if _, err := Parse("c.toml", base+"[ppo]\nmax_staleness = 1\noversample = -1\n"); err == nil || !strings.Contains(err.Error(), "c.toml: ppo.oversample = -1 must be >= 0") {
+		t.Fatalf("-1: %v", err)
+	}
+}
+
 func TestCheckpointRetentionSetting(t *testing.T) {
 	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n")
 	if err != nil || c.Checkpoints.KeepLast != 0 {

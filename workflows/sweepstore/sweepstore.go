@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -245,4 +246,56 @@ func (a *Activities) ClosedRollouts(ctx context.Context, wids []string) ([]workf
 		out = append(out, workflows.ClosedRollout{WorkflowID: wid, Status: info.GetStatus().String(), Input: in})
 	}
 	return out, nil
+}
+
+// RolloutResults answers which of the rollout workflows have closed and
+// how: a completed one with its result, any other with its status. It
+// polls every two seconds, heartbeating, until one has closed (in.All:
+// every one) or in.WaitSeconds have passed. A workflow Temporal does not
+// know counts as closed: nothing would ever report it.
+func (a *Activities) RolloutResults(ctx context.Context, in workflows.RolloutResultsInput) ([]workflows.ClosedResult, error) {
+	if a.Temporal == nil {
+		return nil, errs.Infraf("rollout results: this control worker has no Temporal client")
+	}
+	deadline := time.Now().Add(time.Duration(in.WaitSeconds * float64(time.Second)))
+	for {
+		var out []workflows.ClosedResult
+		for _, wid := range in.WorkflowIDs {
+			d, err := a.Temporal.DescribeWorkflowExecution(ctx, wid, "")
+			var nf *serviceerror.NotFound
+			if errors.As(err, &nf) {
+				out = append(out, workflows.ClosedResult{WorkflowID: wid, Status: "NOT_FOUND", Error: "unknown to Temporal"})
+				continue
+			}
+			if err != nil {
+				return nil, err
+			}
+			info := d.GetWorkflowExecutionInfo()
+			st := info.GetStatus()
+			if st == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+				continue
+			}
+			c := workflows.ClosedResult{WorkflowID: wid, Status: st.String()}
+			if st == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
+				var r workflows.RolloutResult
+				if err := a.Temporal.GetWorkflow(ctx, wid, info.GetExecution().GetRunId()).Get(ctx, &r); err != nil {
+					c.Error = err.Error()
+				} else {
+					c.Result = &r
+				}
+			} else {
+				c.Error = "closed " + st.String()
+			}
+			out = append(out, c)
+		}
+		if (len(out) > 0 && (!in.All || len(out) == len(in.WorkflowIDs))) || !time.Now().Before(deadline) {
+			return out, nil
+		}
+		activity.RecordHeartbeat(ctx, len(out))
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
 }
