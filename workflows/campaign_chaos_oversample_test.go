@@ -3,10 +3,7 @@ package workflows_test
 import (
 	"context"
 	"fmt"
-	"math/rand"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -14,7 +11,6 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/internal/ids"
-	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
@@ -31,32 +27,8 @@ import (
 // and its outcome is counted once: by its step, by the step it was carried
 // into, or as carried-dropped.
 func TestCampaignChaosOversample(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("T1FLOW_CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
-			t.Fatalf("T1FLOW_CHAOS_SEED = %q: %v", s, err)
-		}
-	}
-	t.Logf("chaos seed %d (T1FLOW_CHAOS_SEED=%d replays it)", seed, seed)
-	rng := rand.New(rand.NewSource(seed))
-	began := time.Now()
-
-	srv, c := testenv.RestartableDevServer(t)
-	testenv.Docker(t)
-	home := t.TempDir()
-	st, err := store.NewLocal(filepath.Join(home, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := testenv.HostName("chaosov")
-	chaosPools(t, st)
-	w := testenv.StartWorkerProcess(t, &testenv.WorkerProcess{
-		Home: home,
-		Args: []string{"-role", "all", "-host", host, "-gpus", "cpu", "-inference-args", "--threads 1",
-			"-trainer-args", "--threads 1 --slow-ms 300", "-reaper-interval", "1h"},
-		Env: []string{"TEMPORAL_ADDRESS=" + srv.Address, "T1FLOW_STORE=" + filepath.Join(home, "store")},
-	})
+	r := newChaosRig(t, "chaosov")
+	c, home, host := r.c, r.home, r.host
 
 	name := fmt.Sprintf("o%d", time.Now().UnixNano()%1e9)
 	cfg := smallCampaign(t, name)
@@ -85,23 +57,7 @@ func TestCampaignChaosOversample(t *testing.T) {
 		{stage: "PPO step 2 rollouts", at: rollouts(2), jitter: 2000 * ms},
 		{stage: "PPO step 3 rollouts", at: rollouts(3), jitter: 2000 * ms, server: true},
 	}
-	for _, f := range faults {
-		waitFor(t, c, wid, f.stage, 6*time.Minute, f.at)
-		off := time.Duration(rng.Int63n(int64(f.jitter) + 1))
-		time.Sleep(off)
-		t.Logf("%5.1fs: %s (+%s): %s", time.Since(began).Seconds(), f.stage, off.Round(time.Millisecond), map[bool]string{true: "restart the dev server", false: "kill -9 the worker's process groups"}[f.server])
-		if f.server {
-			srv.Stop()
-			time.Sleep(2 * time.Second)
-			if err := srv.Start(); err != nil {
-				t.Fatalf("restart the dev server: %v", err)
-			}
-			continue
-		}
-		w.KillGroup9(t)
-		time.Sleep(500 * time.Millisecond)
-		w.Start(t)
-	}
+	r.inject(t, wid, faults)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -109,7 +65,7 @@ func TestCampaignChaosOversample(t *testing.T) {
 	if err := c.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
 		t.Fatalf("campaign: %v", err)
 	}
-	t.Logf("campaign done after %.0fs", time.Since(began).Seconds())
+	t.Logf("campaign done after %.0fs", time.Since(r.began).Seconds())
 	checkOversampleOutcome(t, c, cfg.Name, cfg.PPO.TasksPerStep, res.State, readFile(filepath.Join(home, "gpu", "trainer", "ops.log")))
 	recordRun(t, c, wid, firstRun(t, c, wid), "testdata/campaign_oversample.json")
 	recordHistory(t, c, ids.PPOStepWorkflowID(name, 2), "testdata/ppo_oversample.json")

@@ -36,6 +36,69 @@ type chaosFault struct {
 	server bool // restart the dev server instead of killing the worker
 }
 
+// chaosRig is a chaos test's dev server, store, worker process and seeded
+// fault offsets (T1FLOW_CHAOS_SEED replays a run).
+type chaosRig struct {
+	rng   *rand.Rand
+	began time.Time
+	srv   *testenv.RestartableServer
+	c     client.Client
+	home  string
+	host  string
+	w     *testenv.WorkerProcess
+}
+
+func newChaosRig(t *testing.T, hostPrefix string) *chaosRig {
+	seed := time.Now().UnixNano()
+	if s := os.Getenv("T1FLOW_CHAOS_SEED"); s != "" {
+		var err error
+		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
+			t.Fatalf("T1FLOW_CHAOS_SEED = %q: %v", s, err)
+		}
+	}
+	t.Logf("chaos seed %d (T1FLOW_CHAOS_SEED=%d replays it)", seed, seed)
+	r := &chaosRig{rng: rand.New(rand.NewSource(seed)), began: time.Now()}
+	r.srv, r.c = testenv.RestartableDevServer(t)
+	testenv.Docker(t)
+	r.home = t.TempDir()
+	st, err := store.NewLocal(filepath.Join(r.home, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.host = testenv.HostName(hostPrefix)
+	chaosPools(t, st)
+	r.w = testenv.StartWorkerProcess(t, &testenv.WorkerProcess{
+		Home: r.home,
+		Args: []string{"-role", "all", "-host", r.host, "-gpus", "cpu", "-inference-args", "--threads 1",
+			"-trainer-args", "--threads 1 --slow-ms 300", "-reaper-interval", "1h"},
+		Env: []string{"TEMPORAL_ADDRESS=" + r.srv.Address, "T1FLOW_STORE=" + filepath.Join(r.home, "store")},
+	})
+	return r
+}
+
+// inject waits for each fault's stage of campaign wid, then, at a seeded
+// offset within its jitter, kills the worker's process groups with SIGKILL
+// and restarts it, or restarts the dev server.
+func (r *chaosRig) inject(t *testing.T, wid string, faults []chaosFault) {
+	for _, f := range faults {
+		waitFor(t, r.c, wid, f.stage, 6*time.Minute, f.at)
+		off := time.Duration(r.rng.Int63n(int64(f.jitter) + 1))
+		time.Sleep(off)
+		t.Logf("%5.1fs: %s (+%s): %s", time.Since(r.began).Seconds(), f.stage, off.Round(time.Millisecond), map[bool]string{true: "restart the dev server", false: "kill -9 the worker's process groups"}[f.server])
+		if f.server {
+			r.srv.Stop()
+			time.Sleep(2 * time.Second)
+			if err := r.srv.Start(); err != nil {
+				t.Fatalf("restart the dev server: %v", err)
+			}
+			continue
+		}
+		r.w.KillGroup9(t)
+		time.Sleep(500 * time.Millisecond)
+		r.w.Start(t)
+	}
+}
+
 // TestCampaignChaos runs a small campaign (SFT, critic warm-up, three PPO
 // steps, the second started ahead while the first trains (max_staleness 1),
 // a continue-as-new, checkpoints loaded into inference, an eval) on a worker process
@@ -47,32 +110,8 @@ type chaosFault struct {
 // rollout the config asked for run as one execution and counted once, and no
 // sandbox left.
 func TestCampaignChaos(t *testing.T) {
-	seed := time.Now().UnixNano()
-	if s := os.Getenv("T1FLOW_CHAOS_SEED"); s != "" {
-		var err error
-		if seed, err = strconv.ParseInt(s, 10, 64); err != nil {
-			t.Fatalf("T1FLOW_CHAOS_SEED = %q: %v", s, err)
-		}
-	}
-	t.Logf("chaos seed %d (T1FLOW_CHAOS_SEED=%d replays it)", seed, seed)
-	rng := rand.New(rand.NewSource(seed))
-	began := time.Now()
-
-	srv, c := testenv.RestartableDevServer(t)
-	testenv.Docker(t)
-	home := t.TempDir()
-	st, err := store.NewLocal(filepath.Join(home, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := testenv.HostName("chaos")
-	chaosPools(t, st)
-	w := testenv.StartWorkerProcess(t, &testenv.WorkerProcess{
-		Home: home,
-		Args: []string{"-role", "all", "-host", host, "-gpus", "cpu", "-inference-args", "--threads 1",
-			"-trainer-args", "--threads 1 --slow-ms 300", "-reaper-interval", "1h"},
-		Env: []string{"TEMPORAL_ADDRESS=" + srv.Address, "T1FLOW_STORE=" + filepath.Join(home, "store")},
-	})
+	r := newChaosRig(t, "chaos")
+	c, home, host := r.c, r.home, r.host
 
 	name := fmt.Sprintf("x%d", time.Now().UnixNano()%1e9)
 	cfg := smallCampaign(t, name)
@@ -84,23 +123,7 @@ func TestCampaignChaos(t *testing.T) {
 	wid := ids.CampaignWorkflowID(name)
 	startCampaign(t, c, cfg)
 	faults := chaosFaults(t, c, wid, name, host, filepath.Join(home, "gpu"))
-	for _, f := range faults {
-		waitFor(t, c, wid, f.stage, 6*time.Minute, f.at)
-		off := time.Duration(rng.Int63n(int64(f.jitter) + 1))
-		time.Sleep(off)
-		t.Logf("%5.1fs: %s (+%s): %s", time.Since(began).Seconds(), f.stage, off.Round(time.Millisecond), map[bool]string{true: "restart the dev server", false: "kill -9 the worker's process groups"}[f.server])
-		if f.server {
-			srv.Stop()
-			time.Sleep(2 * time.Second)
-			if err := srv.Start(); err != nil {
-				t.Fatalf("restart the dev server: %v", err)
-			}
-			continue
-		}
-		w.KillGroup9(t)
-		time.Sleep(500 * time.Millisecond)
-		w.Start(t)
-	}
+	r.inject(t, wid, faults)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
 	defer cancel()
@@ -108,7 +131,7 @@ func TestCampaignChaos(t *testing.T) {
 	if err := c.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
 		t.Fatalf("campaign: %v", err)
 	}
-	t.Logf("campaign done after %.0fs; the inference watchdog found %d hangs", time.Since(began).Seconds(),
+	t.Logf("campaign done after %.0fs; the inference watchdog found %d hangs", time.Since(r.began).Seconds(),
 		strings.Count(readFile(filepath.Join(home, "logs", "inference.log")), " hung: "))
 	checkChaosOutcome(t, c, cfg, res.State, readFile(filepath.Join(home, "gpu", "trainer", "ops.log")))
 	checkAhead(t, res.State)
