@@ -5,6 +5,10 @@
 # wall time, the trainer's and the rollouts' busy shares, the steps started
 # ahead, and the learning figures. Needs what make demo needs (make deps dev);
 # about 20 minutes on 2 cores. Prints a markdown table for docs/bench.md.
+# ASYNC_CONFIGS names the campaigns (examples/campaigns/<name>.toml) to run,
+# "learn learn-async" by default; e.g. ASYNC_CONFIGS=learn-oversample runs
+# the oversampling one alone, and its table adds the carried, adopted and
+# dropped rollouts.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${T1FLOW_HOME:-$ROOT/.t1flow}
@@ -24,8 +28,12 @@ bin/starter tasks import "$STATE/learn/train" --pool hello-train >/dev/null
 bin/starter tasks import $(ls -d "$STATE"/learn/train/* | head -n 8) --pool hello-warmup >/dev/null
 bin/starter tasks import "$STATE/learn/heldout" --pool hello-heldout >/dev/null
 
+CONFIGS=${ASYNC_CONFIGS:-learn learn-async}
+for cfg in $CONFIGS; do
+  [ -f "examples/campaigns/$cfg.toml" ] || { echo "ASYNC_CONFIGS: examples/campaigns/$cfg.toml does not exist" >&2; exit 2; }
+done
 out=$(mktemp -d)
-for cfg in learn learn-async; do
+for cfg in $CONFIGS; do
   # A name of its own per run: a campaign name is one campaign.
   name="$cfg-$(date +%s)"
   sed "s/^name = .*/name = \"$name\"/" "examples/campaigns/$cfg.toml" >"$out/$cfg.toml"
@@ -36,11 +44,12 @@ for cfg in learn learn-async; do
   bin/starter report "$name" --bars >"$out/$cfg.bars" 2>&1 || true
 done
 
-"$PY" - "$out" <<'PY'
+"$PY" - "$out" $CONFIGS <<'PY'
 import json, sys, os
 d = sys.argv[1]
 rows = {}
-for cfg in ("learn", "learn-async"):
+over = {}
+for cfg in sys.argv[2:]:
     n = json.load(open(os.path.join(d, cfg + ".json")))
     t = n.get("ppo_timing") or {}
     ev = {e["label"]: e["resolved_rate"] for e in n.get("evals") or []}
@@ -48,11 +57,20 @@ for cfg in ("learn", "learn-async"):
     curve = (sum(r[-2:]) - sum(r[:2])) / 2 if len(r) >= 4 else float("nan")
     bars = sum(1 for l in open(os.path.join(d, cfg + ".bars")) if l.startswith("MISSED"))
     rows[cfg] = (t, ev, curve, bars)
+    if n.get("oversample"):
+        over[cfg] = n["oversample"]
 print("| campaign | PPO phase (s) | trainer busy | rollouts busy | steps started ahead | PPO curve (last 2 - first 2) | held-out SFT / final | bars missed |")
 print("|---|---|---|---|---|---|---|---|")
 for cfg, (t, ev, curve, bars) in rows.items():
     print(f"| {cfg} | {t.get('wall_seconds', 0):.0f} | {100 * t.get('trainer_busy_share', 0):.0f}% | {100 * t.get('rollouts_busy_share', 0):.0f}% | {t.get('started_ahead', 0)} | {curve:+.2f} | {100 * ev.get('sft', 0):.1f}% / {100 * ev.get('final', 0):.1f}% | {bars} |")
-a, b = rows["learn"][0].get("wall_seconds"), rows["learn-async"][0].get("wall_seconds")
+if over:
+    print("\n| campaign | carried (per step) | adopted and trained | adopted, stale | dropped | carried rollouts cancelled |")
+    print("|---|---|---|---|---|---|")
+    for cfg, o in over.items():
+        j = lambda k: ", ".join(str(x) for x in o.get(k) or [])
+        print(f"| {cfg} | {j('carried')} | {j('carried_in')} | {j('carried_stale')} | {j('dropped')} | {o.get('carried_dropped', 0)} |")
+a = rows.get("learn", ({},))[0].get("wall_seconds")
+b = rows.get("learn-async", ({},))[0].get("wall_seconds")
 if a and b:
     print(f"\nPPO phase wall time, max_staleness 1 against on-policy: {b / a:.2f}x")
 PY
