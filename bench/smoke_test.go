@@ -20,6 +20,10 @@ var smokeSizes = sizes{lifecycleN: 1, turns: 2, loopReps: 1, harnessTurns: 2, rs
 	verifyN: 1, verifyTasks: "log-level-counter,word-frequency", refArgs: []string{"--quick"},
 	harborTasks: []string{"reward-json", "skipped-tests"}}
 
+// smokeSectionTimeout bounds each section's smoke run (the campaign section,
+// the longest, takes about 6 minutes on 2 busy cores).
+const smokeSectionTimeout = 20 * time.Minute
+
 // sectionChecks assert each section's figures and table shapes at smokeSizes.
 var sectionChecks = map[string]func(*testing.T, string){
 	"sandbox": checkSandbox, "rst": checkRST, "audit": checkAudit, "campaign": checkCampaign,
@@ -55,7 +59,12 @@ func TestSmokeEverySection(t *testing.T) {
 	var outs []outcome
 	for _, s := range sections {
 		t.Run(s.name, func(t *testing.T) {
-			o := runSections(ctx, b, []section{s})[0]
+			// A bound per section: a campaign that pauses (a stage failed)
+			// never completes, and the smoke run waited for it until go
+			// test's own 70-minute timeout killed the whole package.
+			sctx, cancel := context.WithTimeout(ctx, smokeSectionTimeout)
+			defer cancel()
+			o := runSections(sctx, b, []section{s})[0]
 			outs = append(outs, o)
 			if o.err != nil {
 				t.Fatalf("section %s failed after %s: %v", o.name, o.took, o.err)

@@ -32,10 +32,14 @@ func (m Metrics) Replayed() bool { b, _ := m["replayed"].(bool); return b }
 
 // Progress is the trainer's current operation.
 type Progress struct {
-	Op      *string            `json:"op"`
-	Key     *string            `json:"key"`
-	Done    int                `json:"done"`
-	Total   int                `json:"total"`
+	Op    *string `json:"op"`
+	Key   *string `json:"key"`
+	Done  int     `json:"done"`
+	Total int     `json:"total"`
+	// Beat counts work between Done's steps (a whole-batch forward, half a
+	// minibatch): it moves the watchdog too. Absent (0) from trainers that
+	// only tick.
+	Beat    int                `json:"beat"`
 	Metrics map[string]float64 `json:"metrics"`
 }
 

@@ -16,7 +16,8 @@ const DefaultStallWindow = time.Minute
 // progressPoll is how often a running operation's progress is read.
 const progressPoll = 2 * time.Second
 
-// progressSig is what "moved" compares: any change of op, key or counters.
+// progressSig is what "moved" compares: any change of op, key or counters
+// (the beat included: work between minibatch ticks).
 func progressSig(p Progress) string {
 	op, key := "", ""
 	if p.Op != nil {
@@ -25,7 +26,7 @@ func progressSig(p Progress) string {
 	if p.Key != nil {
 		key = *p.Key
 	}
-	return fmt.Sprintf("%s %s %d/%d", op, key, p.Done, p.Total)
+	return fmt.Sprintf("%s %s %d/%d beat %d", op, key, p.Done, p.Total, p.Beat)
 }
 
 // watchProgress follows a running trainer operation. Every progressPoll it

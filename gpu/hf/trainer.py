@@ -322,8 +322,10 @@ class Trainer(reference.Trainer):
             return {"replayed": lp, "gap_replay": gap, "gap_free": gap, "flips": torch.zeros_like(gap, dtype=torch.bool)}
         with torch.no_grad():
             replayed, _ = self._logp(p.inputs, p.targets, p.routing, p.temperature)
+            self._beat()
             with hfmoe.routing(self.actor, capture=True) as cap:
                 free, _ = self._logp(p.inputs, p.targets, None, p.temperature)
+            self._beat()
             own = hfmoe.stacked(cap, self.actor.t1_routing.n_layers)
         flips = (own.sort(-1).values != p.routing.sort(-1).values).any(-1).any(-1)
         return {"replayed": replayed, "gap_replay": (replayed - p.sampler_logp)[p.mask].abs(),

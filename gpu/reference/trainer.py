@@ -121,7 +121,7 @@ class Trainer:
                 epochs.drop(self.workdir, key)   # a crash after the commit may have left it
                 self.log(f"replay {op} {key}")
                 return saved["result"]
-            self.progress = {"op": op, "key": key, "done": 0, "total": 0, "metrics": {}}
+            self.progress = {"op": op, "key": key, "done": 0, "total": 0, "beat": 0, "metrics": {}}
             self.cancel_key = None
             self.log(f"begin {op} {key}")
             t0 = time.time()
@@ -154,6 +154,13 @@ class Trainer:
             if self.args.slow_ms:
                 time.sleep(self.args.slow_ms / 1000)   # for crash tests: widen the window before the reply
             return dict(result)
+
+    def _beat(self):
+        """Work between ticks (a whole-batch forward before the first
+        minibatch, the actor's half of one): the watchdog counts a new beat as
+        progress, so an operation whose first minibatch outlasts the stall
+        window on a slow machine is not restarted again and again."""
+        self.progress["beat"] = self.progress.get("beat", 0) + 1
 
     def _tick(self, done, total, **metrics):
         self.progress.update(done=done, total=total, metrics=metrics)
@@ -308,6 +315,7 @@ class Trainer:
         inputs, mask = p.inputs, p.mask
         with torch.no_grad():   # before any saved epoch is loaded: the committed critic's
             v0 = self._values(inputs, mask=mask)
+        self._beat()
         _, ret = self._advantages(trajs, v0, mask, h)
         ev_before = ppo.explained_variance(v0[mask], ret[mask])
 
@@ -345,6 +353,7 @@ class Trainer:
             x = self._value_features(inputs, mask)
             if x is None:
                 return
+            self._beat()
             x = x[mask].double()
             x = torch.cat([x, torch.ones(x.shape[0], 1, dtype=x.dtype, device=x.device)], 1)
             y = ret[mask].double()
@@ -393,8 +402,11 @@ class Trainer:
         which loss tokens the trainer would route differently at some layer."""
         with torch.no_grad():
             replayed, _ = self._logp(p.inputs, p.targets, p.routing, p.temperature)
+            self._beat()
             free, _ = self._logp(p.inputs, p.targets, None, p.temperature)
+            self._beat()
             _, own = self.actor(p.inputs)
+            self._beat()
         flips = (own.sort(-1).values != p.routing.sort(-1).values).any(-1).any(-1)
         return {"replayed": replayed, "gap_replay": (replayed - p.sampler_logp)[p.mask].abs(),
                 "gap_free": (free - p.sampler_logp)[p.mask].abs(), "flips": flips[p.mask]}
@@ -424,6 +436,7 @@ class Trainer:
         is_w, is_stats = self._is_weights(trajs, p, old_logp, h)
         with torch.no_grad():
             values = self._values(inputs, mask=mask)
+        self._beat()
         adv, ret = self._advantages(trajs, values, mask, h)
         ev = ppo.explained_variance(values[mask], ret[mask])
         total = h.update_epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
@@ -446,6 +459,7 @@ class Trainer:
                 (pg - h.ent_coef * entropy).backward()
                 torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.max_grad_norm)
                 self.actor_opt.step()
+                self._beat()
                 self.critic_opt.zero_grad()
                 (h.vf_coef * vl).backward()
                 torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.max_grad_norm)
