@@ -71,7 +71,7 @@ func benchCampaign(ctx context.Context, c client.Client, st store.Store, tmp str
 		return "", err
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nA campaign of %d PPO steps × %d policy rollouts (2 turns each) of the reference model, then scripted rollouts for memory.\n\n", campaignSection, cfg.PPO.Steps, sz.rollouts)
+	fmt.Fprintf(&b, "%s\n\nA campaign of %d PPO steps × %d policy rollouts (2 turns each, the short harness) of the reference model, then scripted rollouts for memory.\n\n", campaignSection, cfg.PPO.Steps, sz.rollouts)
 	fmt.Fprintf(&b, "| PPO step | step wall | rollouts | ppo_step (trainer) | orchestration share | step history events / bytes | per-rollout events / bytes |\n|---|---|---|---|---|---|---|\n")
 	for step := 1; step <= cfg.PPO.Steps; step++ {
 		row, err := ppoStepRow(ctx, c, name, step)
@@ -106,6 +106,7 @@ train = "bench-train"
 [policy]
 max_new_tokens = 16
 preset = "small"
+harness = "short"
 [critic_warmup]
 fit_epochs = 2
 ev_gate = -1000.0

@@ -20,8 +20,9 @@ var smokeSizes = sizes{lifecycleN: 1, turns: 2, loopReps: 1, harnessTurns: 2, rs
 	verifyN: 1, verifyTasks: "log-level-counter,word-frequency", refArgs: []string{"--quick"},
 	harborTasks: []string{"reward-json", "skipped-tests"}}
 
-// smokeSectionTimeout bounds each section's smoke run (the campaign section,
-// the longest, takes about 6 minutes on 2 busy cores).
+// smokeSectionTimeout bounds each section's smoke run (the campaign section
+// takes about 45 s on 2 quiet cores since it runs the short harness; on
+// Terminus-2's prompt it took over 20 minutes under make test's load).
 const smokeSectionTimeout = 20 * time.Minute
 
 // sectionChecks assert each section's figures and table shapes at smokeSizes.
