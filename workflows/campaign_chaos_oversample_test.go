@@ -27,6 +27,7 @@ import (
 // and its outcome is counted once: by its step, by the step it was carried
 // into, or as carried-dropped.
 func TestCampaignChaosOversample(t *testing.T) {
+	t.Parallel() // beside TestCampaignChaos (see there)
 	r := newChaosRig(t, "chaosov")
 	c, home, host := r.c, r.home, r.host
 

@@ -110,6 +110,10 @@ func (r *chaosRig) inject(t *testing.T, wid string, faults []chaosFault) {
 // rollout the config asked for run as one execution and counted once, and no
 // sandbox left.
 func TestCampaignChaos(t *testing.T) {
+	// Beside TestCampaignChaosOversample (each has its own dev server, store,
+	// worker process and host label): both wait mostly on restarts and the
+	// trainer's slow-ms, and together they were 13 of make test's minutes.
+	t.Parallel()
 	r := newChaosRig(t, "chaos")
 	c, home, host := r.c, r.home, r.host
 
