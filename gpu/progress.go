@@ -11,9 +11,10 @@ import (
 
 // DefaultStallWindow is how long a trainer operation may go without its
 // progress moving before it counts as hung. Five minutes: on 2 CPU cores one
-// minibatch of the bench campaign's two-turn Terminus-2 rollouts (the
-// reference model's forward and backward) takes over a minute, and at the
-// old 60 s the watchdog restarted that PPO step 30 times in a row.
+// minibatch of two-turn Terminus-2 rollouts (the reference model's forward
+// and backward) takes over a minute; at the old 60 s the watchdog restarted
+// such a PPO step (the bench campaign's, before it moved to the short
+// harness) 30 times in a row.
 const DefaultStallWindow = 5 * time.Minute
 
 // progressPoll is how often a running operation's progress is read.
