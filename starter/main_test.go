@@ -248,7 +248,7 @@ func TestSynthAndAuditCommands(t *testing.T) {
 			Dimensions  map[string]float64 `json:"dimensions"`
 		} `json:"tasks"`
 	}
-	if err := json.Unmarshal([]byte(out), &aud); err != nil || len(aud.Tasks) != 5 || aud.Kept != 1 {
+	if err := json.Unmarshal([]byte(out), &aud); err != nil || len(aud.Tasks) != 6 || aud.Kept != 2 {
 		t.Fatalf("audit json: %v\n%s", err, out)
 	}
 	got := map[string]string{}
@@ -258,7 +258,7 @@ func TestSynthAndAuditCommands(t *testing.T) {
 			t.Errorf("%s: %d dimensions", r.Name, len(r.Dimensions))
 		}
 	}
-	want := map[string]string{"good-sum": "", "hidden-requirement": "hidden_requirements", "test-leakage": "test_leakage",
+	want := map[string]string{"good-sum": "", "good-small-count": "", "hidden-requirement": "hidden_requirements", "test-leakage": "test_leakage",
 		"shortcut-solution": "shortcut_solution", "weak-verifier": "weak_verifier"}
 	for k, v := range want {
 		if got[k] != v {

@@ -65,6 +65,14 @@ func TestAuditCatchesEachHardRejectAndKeepsAGoodTask(t *testing.T) {
 			}
 			continue
 		}
+		if v.Name == "good-small-count" {
+			// Sound, with a small expected literal that the sandbox's own
+			// files (the sealed verifier toolchain) hold: not a leak.
+			if !v.Kept || len(v.HardRejects) != 0 {
+				t.Errorf("good small-count task: kept %v, rejects %v, details %+v", v.Kept, v.HardRejects, v.Details)
+			}
+			continue
+		}
 		reason := want[v.Name]
 		if v.Kept || len(v.HardRejects) != 1 || v.HardRejects[0] != reason {
 			t.Errorf("%s: want exactly %s, got kept %v, rejects %v", v.Name, reason, v.Kept, v.HardRejects)
@@ -75,11 +83,11 @@ func TestAuditCatchesEachHardRejectAndKeepsAGoodTask(t *testing.T) {
 			}
 		}
 	}
-	if res.Summary.Kept != 1 || res.Summary.AddedToPool != 1 || len(rep.Verdicts) != 5 {
+	if res.Summary.Kept != 2 || res.Summary.AddedToPool != 2 || len(rep.Verdicts) != 6 {
 		t.Fatalf("summary %+v", res.Summary)
 	}
 	p, err := task.LoadPool(context.Background(), r.st, "kept")
-	if err != nil || len(p.Tasks) != 1 || p.Tasks[0].Name != "good-sum" {
+	if err != nil || len(p.Tasks) != 2 || taskNames(p.Tasks) != "good-small-count,good-sum" {
 		t.Fatalf("keep pool: %+v %v", p, err)
 	}
 }
@@ -121,10 +129,19 @@ func TestSynthesizedTasksAreValidAndReproducible(t *testing.T) {
 	}
 }
 
+func taskNames(refs []task.Ref) string {
+	return sortedRefs(refs, func(r task.Ref) string { return r.Name })
+}
+
 func taskIDs(refs []task.Ref) string {
+	return sortedRefs(refs, func(r task.Ref) string { return r.ID })
+}
+
+// sortedRefs is one field of every ref, sorted and comma-joined.
+func sortedRefs(refs []task.Ref, field func(task.Ref) string) string {
 	var s []string
 	for _, r := range refs {
-		s = append(s, r.ID)
+		s = append(s, field(r))
 	}
 	sort.Strings(s)
 	return strings.Join(s, ",")
