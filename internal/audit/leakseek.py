@@ -3,13 +3,15 @@
 # holds the outputs and the task's own inputs, which are never a leak source.
 # Only what the task's image holds is searched: not the system's own trees
 # (SKIP), not what is mounted read-only into the sandbox (t1flow's sealed verifier
-# toolchain, Docker's /etc/hosts: they are not the task's), and not installed
-# packages (site-packages, node_modules), whose source is full of small
-# numbers and words that would pass for any expected value.
+# toolchain, Docker's /etc/hosts: they are not the task's). Installed
+# packages (site-packages, node_modules) are searched only for long values
+# (LONG characters or more: hashes, sentences): their source is full of small
+# numbers and words that would pass for almost any short expected value.
 import json, os, re, stat, sys
 
 ROOT = SPEC.get("root", "/")
-PACKAGES = {"site-packages", "dist-packages", "node_modules", "__pycache__", ".git"}
+PACKAGES = {"site-packages", "dist-packages", "node_modules"}
+LONG = 8
 SKIP = {"/proc", "/sys", "/dev", "/usr", "/lib", "/lib32", "/lib64", "/libx32", "/bin", "/sbin", "/boot",
         "/run", "/etc", "/var/lib", "/var/cache", "/var/log", "/solution", "/tests", "/logs"}
 inputs = set(SPEC["inputs"])
@@ -59,7 +61,8 @@ def files():
     for root, dirs, names in os.walk(ROOT):
         r = os.path.relpath(root, ROOT)
         rel = "/" if r == "." else "/" + r
-        dirs[:] = [d for d in dirs if os.path.join(rel, d) not in SKIP and d not in PACKAGES]
+        dirs[:] = [d for d in dirs if os.path.join(rel, d) not in SKIP and d not in (".git", "__pycache__")]
+        in_package = any(part in PACKAGES for part in rel.split("/"))
         for n in names:
             p = os.path.join(rel, n)
             if p in inputs or p in SKIP:
@@ -72,13 +75,15 @@ def files():
             except OSError:
                 continue
             if b"\0" not in b:
-                yield p, b.decode("utf-8", "replace")
+                yield p, b.decode("utf-8", "replace"), in_package
 
 
 found = {}  # output path -> [(value, file)]
-for p, text in files():
+for p, text, in_package in files():
     for o in SPEC["outputs"]:
         for v in o["values"]:
+            if in_package and len(v.strip()) < LONG:
+                continue
             if v.strip() and v not in [x for x, _ in found.get(o["path"], [])] and standalone(text, v):
                 found.setdefault(o["path"], []).append((v, p))
 
