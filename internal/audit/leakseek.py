@@ -64,14 +64,14 @@ def files():
         dirs[:] = [d for d in dirs if os.path.join(rel, d) not in SKIP and d not in (".git", "__pycache__")]
         in_package = any(part in PACKAGES for part in rel.split("/"))
         for n in names:
-            p = os.path.join(rel, n)
+            p, full = os.path.join(rel, n), os.path.join(root, n)
             if p in inputs or p in SKIP:
                 continue
             try:
-                st = os.lstat(os.path.join(root, n))
+                st = os.lstat(full)
                 if not stat.S_ISREG(st.st_mode) or st.st_size > 1 << 20:
                     continue
-                b = open(os.path.join(root, n), "rb").read()
+                b = open(full, "rb").read()
             except OSError:
                 continue
             if b"\0" not in b:
