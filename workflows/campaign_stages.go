@@ -173,6 +173,9 @@ func (c *campaignRun) sft(ctx workflow.Context) error {
 	if c.cfg.SFT.Minibatches > 0 {
 		hyper["minibatches"] = c.cfg.SFT.Minibatches
 	}
+	if c.cfg.SFT.LRSchedule != "" {
+		hyper["lr_schedule"] = c.cfg.SFT.LRSchedule // only when set: a history without it sends the same input
+	}
 	var m gpu.Metrics
 	if err := workflow.ExecuteActivity(c.gpuCtx(ctx, "sft"), gact.TrainerSFT, gpu.TrainInput{
 		Key: c.trainKey("sft/0"), Trajectories: batch, Preset: c.cfg.Policy.Preset, Hyper: hyper,

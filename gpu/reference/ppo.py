@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 IS_CORRECTIONS = ("none", "tis", "mis")
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclass
@@ -37,6 +38,11 @@ class Hyper:
     max_minibatch: int = 8        # trajectories per minibatch at most (memory)
     norm_adv: bool = False        # the critic is the only baseline
     epochs: int = 1               # for sft and critic_fit
+    # How sft's and critic_fit's learning rate moves over their steps
+    # (epochs x minibatches): "constant", or "cosine" from the lr down to 0
+    # at the last step, so the weights an operation ends on do not hang on
+    # which samples its last few minibatches held (docs/learning.md).
+    lr_schedule: str = "constant"
     # Off-policy correction from the sampler's own log-probs (TITO): per loss
     # token, rho = pi_trainer_old / pi_sampler (the trainer's R3 forward at the
     # step's start against what the engine reported). "tis": the token's PPO
@@ -80,6 +86,8 @@ class Hyper:
                 raise ValueError(f"hyper.{k} = {getattr(self, k)} must be >= 0")
         if self.is_correction not in IS_CORRECTIONS:
             raise ValueError(f"hyper.is_correction = {self.is_correction!r} must be one of {', '.join(IS_CORRECTIONS)}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            raise ValueError(f"hyper.lr_schedule = {self.lr_schedule!r} must be one of {', '.join(LR_SCHEDULES)}")
         if not (math.isfinite(self.is_cap) and self.is_cap >= 1):
             raise ValueError(f"hyper.is_cap = {self.is_cap} must be a finite number >= 1 (TIS truncates the "
                              "importance weight at it; MIS keeps tokens whose weight is within [1/is_cap, is_cap])")
@@ -90,6 +98,13 @@ PRESETS = {
     # The 3M-parameter reference model learns nothing visible at 1e-6 in a few steps.
     "small": Hyper(actor_lr=3e-4, critic_lr=1e-3),
 }
+
+
+def scheduled_lr(lr, schedule, step, total):
+    """The learning rate of step (0-based) of total under schedule."""
+    if schedule == "cosine" and total > 1:
+        return lr * 0.5 * (1 + math.cos(math.pi * step / total))
+    return lr
 
 
 def gae(rewards, values, gamma=1.0, lam=1.0):

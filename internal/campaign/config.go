@@ -50,6 +50,10 @@ type Config struct {
 		// smaller, faster steps than PPO's learning rate takes.
 		ActorLR     float64 `toml:"actor_lr" json:"actor_lr,omitempty"`
 		Minibatches int     `toml:"minibatches" json:"minibatches,omitempty"`
+		// LRSchedule is how SFT's learning rate moves over its steps:
+		// "constant" (the default, "" too) or "cosine" (down to 0 at the last
+		// step), so the SFT policy does not hang on its last minibatches.
+		LRSchedule string `toml:"lr_schedule" json:"lr_schedule,omitempty"`
 	} `toml:"sft" json:"sft"`
 	CriticWarmup struct {
 		Epochs    int     `toml:"epochs" json:"epochs"`         // passes over the warm-up pool (rollouts)
@@ -227,6 +231,7 @@ func (ch *checker) check(c *Config) {
 		positive("sft.epochs", c.SFT.Epochs),
 		{"sft.actor_lr", c.SFT.ActorLR < 0, fmt.Sprintf("= %v must be >= 0 (0: the preset's)", c.SFT.ActorLR)},
 		nonNegative("sft.minibatches", c.SFT.Minibatches),
+		{"sft.lr_schedule", c.SFT.LRSchedule != "" && c.SFT.LRSchedule != "constant" && c.SFT.LRSchedule != "cosine", fmt.Sprintf("= %q must be constant or cosine", c.SFT.LRSchedule)},
 		nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs),
 		positive("critic_warmup.fit_epochs", c.CriticWarmup.FitEpochs),
 		{"critic_warmup.ev_gate", c.CriticWarmup.EVGate > 1, fmt.Sprintf("= %v must be at most 1", c.CriticWarmup.EVGate)},

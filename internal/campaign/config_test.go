@@ -51,12 +51,12 @@ func TestWarmupGateDefaults(t *testing.T) {
 
 // SFT's own learning rate and minibatches: optional, never negative.
 func TestSFTOverrides(t *testing.T) {
-	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[sft]\nactor_lr = 1e-3\nminibatches = 16\n")
-	if err != nil || c.SFT.ActorLR != 1e-3 || c.SFT.Minibatches != 16 {
+	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[sft]\nactor_lr = 1e-3\nminibatches = 16\nlr_schedule = \"cosine\"\n")
+	if err != nil || c.SFT.ActorLR != 1e-3 || c.SFT.Minibatches != 16 || c.SFT.LRSchedule != "cosine" {
 		t.Fatalf("%+v %v", c.SFT, err)
 	}
-	_, err = Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[sft]\nactor_lr = -1.0\nminibatches = -2\n")
-	for _, want := range []string{"c.toml: sft.actor_lr = -1 must be >= 0", "c.toml: sft.minibatches = -2 must be >= 0"} {
+	_, err = Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[sft]\nactor_lr = -1.0\nminibatches = -2\nlr_schedule = \"linear\"\n")
+	for _, want := range []string{"c.toml: sft.actor_lr = -1 must be >= 0", "c.toml: sft.minibatches = -2 must be >= 0", `c.toml: sft.lr_schedule = "linear" must be constant or cosine`} {
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("error does not name %q: %v", want, err)
 		}

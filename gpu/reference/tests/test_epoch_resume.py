@@ -26,17 +26,19 @@ def sft_batch(tmp_path_factory):
     return write_batch(tmp_path_factory.mktemp("sftbatch") / "b", ts, [1.0, 1.0, 1.0])
 
 
-def run(proc, op, batch_dir):
+def run(proc, op, batch_dir, schedule="constant"):
     return proc.post("/" + op, {"key": KEY, "batch_dir": batch_dir, "preset": "small",
-                                "hyper": {"epochs": EPOCHS, "minibatches": 3}})
+                                "hyper": {"epochs": EPOCHS, "minibatches": 3, "lr_schedule": schedule}})
 
 
-@pytest.mark.parametrize("op", ["sft", "critic_fit"])
-def test_resumes_from_its_last_epoch(tmp_path, sft_batch, op):
+# Under the cosine schedule a resumed epoch must start from the request's
+# learning rate, not the decayed one its saved optimizer state holds.
+@pytest.mark.parametrize("op,schedule", [("sft", "constant"), ("critic_fit", "constant"), ("sft", "cosine")])
+def test_resumes_from_its_last_epoch(tmp_path, sft_batch, op, schedule):
     once = tmp_path / "once"
     p = Proc(once)
     try:
-        want = run(p, op, sft_batch)
+        want = run(p, op, sft_batch, schedule)
     finally:
         p.stop()
 
@@ -44,13 +46,13 @@ def test_resumes_from_its_last_epoch(tmp_path, sft_batch, op):
     p = Proc(w, crash_at=f"{op}-epoch")
     try:
         with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
-            run(p, op, sft_batch)
+            run(p, op, sft_batch, schedule)
         assert p.p.wait(timeout=60) == -signal.SIGKILL
     finally:
         p.stop()
     p = Proc(w)
     try:
-        got = run(p, op, sft_batch)
+        got = run(p, op, sft_batch, schedule)
     finally:
         p.stop()
     log = open(os.path.join(w, "ops.log")).read()
@@ -81,3 +83,22 @@ def test_sft_progress_of_another_request_is_not_used(tmp_path, sft_batch):
     tr._run("sft", other, tr.sft)
     log = open(os.path.join(tmp_path, "w", "ops.log")).read()
     assert "resume sft" not in log and log.count(f"sft {KEY} epoch 1/{EPOCHS} saved") == 2, log
+
+
+def test_cosine_schedule_ends_near_zero_and_changes_the_weights(tmp_path, sft_batch):
+    """lr_schedule = cosine: the last step's learning rate is the schedule's
+    (near 0), the weights differ from a constant rate's, and an unknown
+    schedule is refused naming the field."""
+    import ppo
+    got = {}
+    for schedule in ("constant", "cosine"):
+        tr = make_trainer(tmp_path / schedule)
+        tr._run("sft", {"key": KEY, "batch_dir": sft_batch, "preset": "small",
+                        "hyper": {"epochs": EPOCHS, "minibatches": 3, "actor_lr": 1e-3, "lr_schedule": schedule}}, tr.sft)
+        got[schedule] = (tr.actor_opt.param_groups[0]["lr"], {k: v.clone() for k, v in tr.actor.state_dict().items()})
+    total = EPOCHS * 3
+    assert got["constant"][0] == 1e-3
+    assert got["cosine"][0] == pytest.approx(ppo.scheduled_lr(1e-3, "cosine", total - 1, total)) and got["cosine"][0] < 1e-4
+    assert any(not torch.equal(v, got["constant"][1][k]) for k, v in got["cosine"][1].items())
+    with pytest.raises(ValueError, match="hyper.lr_schedule = 'linear' must be one of constant, cosine"):
+        ppo.Hyper.from_dict({"lr_schedule": "linear"}, "small")
