@@ -8,7 +8,9 @@
 # ASYNC_CONFIGS names the campaigns (examples/campaigns/<name>.toml) to run,
 # "learn learn-async" by default; e.g. ASYNC_CONFIGS=learn-oversample runs
 # the oversampling one alone, and its table adds the carried, adopted and
-# dropped rollouts.
+# dropped rollouts. A config named more than once is run that many times,
+# each under a name of its own (ASYNC_CONFIGS="learn learn learn": the
+# 3-of-3 check of docs/learning.md).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=${T1FLOW_HOME:-$ROOT/.t1flow}
@@ -33,36 +35,50 @@ for cfg in $CONFIGS; do
   [ -f "examples/campaigns/$cfg.toml" ] || { echo "ASYNC_CONFIGS: examples/campaigns/$cfg.toml does not exist" >&2; exit 2; }
 done
 out=$(mktemp -d)
+runs=()
+i=0
 for cfg in $CONFIGS; do
-  # A name of its own per run: a campaign name is one campaign.
+  # A name of its own per run: a campaign name is one campaign (and seeds
+  # SFT's minibatch order, so a config named twice is two different runs).
+  i=$((i + 1))
+  run="$i-$cfg"
+  runs+=("$run")
   name="$cfg-$(date +%s)"
-  sed "s/^name = .*/name = \"$name\"/" "examples/campaigns/$cfg.toml" >"$out/$cfg.toml"
+  sed "s/^name = .*/name = \"$name\"/" "examples/campaigns/$cfg.toml" >"$out/$run.toml"
   start=$(date +%s)
-  bin/starter campaign start -f "$out/$cfg.toml" --wait >"$out/$cfg.log" 2>&1 || { cat "$out/$cfg.log" >&2; exit 1; }
-  echo "$cfg: campaign wall time $(( $(date +%s) - start )) s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
-  bin/starter report "$name" --json >"$out/$cfg.json"
-  bin/starter report "$name" --bars >"$out/$cfg.bars" 2>&1 || true
+  bin/starter campaign start -f "$out/$run.toml" --wait >"$out/$run.log" 2>&1 || { cat "$out/$run.log" >&2; exit 1; }
+  echo "$cfg ($name): campaign wall time $(( $(date +%s) - start )) s (load $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+  echo "$(( $(date +%s) - start ))" >"$out/$run.wall"
+  bin/starter report "$name" --json >"$out/$run.json"
+  bin/starter report "$name" --bars >"$out/$run.bars" 2>&1 || true
 done
 
-"$PY" - "$out" $CONFIGS <<'PY'
+"$PY" - "$out" "${runs[@]}" <<'PY'
 import json, sys, os
 d = sys.argv[1]
 rows = {}
 over = {}
-for cfg in sys.argv[2:]:
-    n = json.load(open(os.path.join(d, cfg + ".json")))
+walls = {}
+names = [r.split("-", 1)[1] for r in sys.argv[2:]]
+for run in sys.argv[2:]:
+    cfg = run.split("-", 1)[1]
+    n = json.load(open(os.path.join(d, run + ".json")))
+    walls[run] = int(open(os.path.join(d, run + ".wall")).read())
+    if names.count(cfg) > 1:
+        cfg = f"{cfg} #{run.split('-', 1)[0]}"
     t = n.get("ppo_timing") or {}
     ev = {e["label"]: e["resolved_rate"] for e in n.get("evals") or []}
     r = n["resolved_rate"]
     curve = (sum(r[-2:]) - sum(r[:2])) / 2 if len(r) >= 4 else float("nan")
-    bars = sum(1 for l in open(os.path.join(d, cfg + ".bars")) if l.startswith("MISSED"))
-    rows[cfg] = (t, ev, curve, bars)
+    bars = sum(1 for l in open(os.path.join(d, run + ".bars")) if l.startswith("MISSED"))
+    rows[cfg] = (t, ev, curve, bars, r, walls[run])
     if n.get("oversample"):
         over[cfg] = n["oversample"]
-print("| campaign | PPO phase (s) | trainer busy | rollouts busy | steps started ahead | PPO curve (last 2 - first 2) | held-out SFT / final | bars missed |")
-print("|---|---|---|---|---|---|---|---|")
-for cfg, (t, ev, curve, bars) in rows.items():
-    print(f"| {cfg} | {t.get('wall_seconds', 0):.0f} | {100 * t.get('trainer_busy_share', 0):.0f}% | {100 * t.get('rollouts_busy_share', 0):.0f}% | {t.get('started_ahead', 0)} | {curve:+.2f} | {100 * ev.get('sft', 0):.1f}% / {100 * ev.get('final', 0):.1f}% | {bars} |")
+print("| campaign | campaign (s) | PPO phase (s) | trainer busy | rollouts busy | steps started ahead | PPO resolved per step | PPO curve (last 2 - first 2) | held-out base / SFT / final | bars missed |")
+print("|---|---|---|---|---|---|---|---|---|---|")
+for cfg, (t, ev, curve, bars, r, wall) in rows.items():
+    steps = ", ".join(f"{x:.2f}" for x in r)
+    print(f"| {cfg} | {wall} | {t.get('wall_seconds', 0):.0f} | {100 * t.get('trainer_busy_share', 0):.0f}% | {100 * t.get('rollouts_busy_share', 0):.0f}% | {t.get('started_ahead', 0)} | {steps} | {curve:+.2f} | {100 * ev.get('base', 0):.1f}% / {100 * ev.get('sft', 0):.1f}% / {100 * ev.get('final', 0):.1f}% | {bars} |")
 if over:
     print("\n| campaign | carried (per step) | adopted and trained | adopted, stale | dropped | carried rollouts cancelled |")
     print("|---|---|---|---|---|---|")
