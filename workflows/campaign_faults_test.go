@@ -68,6 +68,11 @@ func TestCampaignSurvivesCrashes(t *testing.T) {
 	cfg.Pools.Eval = nil
 	cfg.PPO.Steps = 4
 	cfg.PPO.ContinueAsNewEvery = 2
+	// Longer rollouts (3 turns of up to 64 tokens): the kills below must
+	// land while a step's rollouts hold sandboxes, a window the poll has to
+	// catch; at 2 turns of 24 tokens it lasted a few seconds, and on a busy
+	// machine a whole campaign once ran through it unseen.
+	cfg.Policy.MaxNewTokens, cfg.PPO.TurnCap = 64, 3
 	wid := ids.CampaignWorkflowID(name)
 	startCampaign(t, c, cfg)
 	opsLog := filepath.Join(home, "gpu", "trainer", "ops.log")
