@@ -243,7 +243,7 @@ class Trainer:
         total = h.epochs * len(self._minibatches(n, h.minibatches, h.max_minibatch))
         gen = torch.Generator().manual_seed(int(hashlib.sha256(key.encode()).hexdigest()[:15], 16))
         prog = self._progress(req)
-        base_lr = [g["lr"] for g in opt.param_groups]   # before a saved epoch's optimizer state replaces it
+        base_lr = opt.param_groups[0]["lr"]   # set by the caller (_set_lr), read before a saved epoch's optimizer state replaces it
         done = prog.load(model, opt, gen)
         first, step, losses, tokens = 1, 0, [], 0
         if done:
@@ -252,8 +252,7 @@ class Trainer:
         model.train()
         for epoch in range(first, h.epochs + 1):
             for mb in self._minibatches(n, h.minibatches, h.max_minibatch, gen):
-                for g, lr in zip(opt.param_groups, base_lr):
-                    g["lr"] = ppo.scheduled_lr(lr, h.lr_schedule, step, total)
+                self._set_lr(opt, ppo.scheduled_lr(base_lr, h.lr_schedule, step, total))
                 loss, tok = train(mb)
                 losses.append(loss)
                 tokens += tok

@@ -49,7 +49,7 @@ func TestWarmupGateDefaults(t *testing.T) {
 	}
 }
 
-// SFT's own learning rate and minibatches: optional, never negative.
+// SFT's own learning rate, minibatches and schedule: optional, never negative, a known schedule.
 func TestSFTOverrides(t *testing.T) {
 	c, err := Parse("c.toml", "name = \"x\"\n[pools]\ntrain = \"t\"\n[sft]\nactor_lr = 1e-3\nminibatches = 16\nlr_schedule = \"cosine\"\n")
 	if err != nil || c.SFT.ActorLR != 1e-3 || c.SFT.Minibatches != 16 || c.SFT.LRSchedule != "cosine" {
