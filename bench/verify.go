@@ -168,7 +168,7 @@ func writeVerifySteps(b *strings.Builder, sealed, unsealed []verifySample) {
 	for _, name := range activities.VerifySteps {
 		row(name, name)
 		if name == activities.StepTamperCheck {
-			for _, sub := range []string{sandbox.ChangesFromHost, sandbox.ChangesFromDaemon} {
+			for _, sub := range []string{sandbox.ChangesFromHost, sandbox.ChangesFromSnapshot, sandbox.ChangesFromDaemon} {
 				if _, had := stepMedian(sealed, sub); had > 0 {
 					row(fmt.Sprintf("  of which %s (%d of %d)", sub, had, len(sealed)), sub)
 				}
