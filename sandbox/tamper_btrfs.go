@@ -65,13 +65,13 @@ func snapshotChanges(ctx context.Context, cli *client.Client, ins container.Insp
 	}
 	subvols := filepath.Join(root, "btrfs", "subvolumes")
 	newRoot, oldRoot := filepath.Join(subvols, layer), filepath.Join(subvols, init)
-	for _, d := range []string{newRoot, oldRoot} {
-		if st, err := os.Lstat(d); err != nil || !st.IsDir() {
-			return nil, errNoHostChanges
-		}
+	nst, nerr := os.Lstat(newRoot)
+	ost, oerr := os.Lstat(oldRoot)
+	if nerr != nil || oerr != nil || !nst.IsDir() || !ost.IsDir() {
+		return nil, errNoHostChanges
 	}
 	w := snapshotWalk{newRoot: newRoot, oldRoot: oldRoot}
-	if err := w.dir("/", true); err != nil {
+	if err := w.dir("/", true, inodeChanged(ost, nst)); err != nil {
 		return nil, fmt.Errorf("read %s against %s: %w", newRoot, oldRoot, err)
 	}
 	return w.out, nil
@@ -101,9 +101,10 @@ func (w *snapshotWalk) add(p string, k container.ChangeType) {
 	w.out = append(w.out, container.FilesystemChange{Path: p, Kind: k})
 }
 
-// dir compares directory name (present in both trees when inOld) entry by
-// entry; a directory only in the new tree has every entry added.
-func (w *snapshotWalk) dir(name string, inOld bool) error {
+// dir compares directory name (present in both trees when inOld, changed
+// there when changed) entry by entry; a directory only in the new tree has
+// every entry added.
+func (w *snapshotWalk) dir(name string, inOld, changed bool) error {
 	newDir := filepath.Join(w.newRoot, filepath.FromSlash(name))
 	entries, err := os.ReadDir(newDir)
 	if err != nil {
@@ -124,29 +125,22 @@ func (w *snapshotWalk) dir(name string, inOld bool) error {
 				return err
 			}
 		}
+		mod := ofi != nil && inodeChanged(ofi, nfi)
 		switch {
 		case ofi == nil:
 			w.add(child, container.ChangeAdd)
-		case inodeChanged(ofi, nfi):
+		case mod:
 			w.add(child, container.ChangeModify)
 		}
 		if nfi.IsDir() {
-			if err := w.dir(child, ofi != nil && ofi.IsDir()); err != nil {
+			if err := w.dir(child, ofi != nil && ofi.IsDir(), mod); err != nil {
 				return err
 			}
 		}
 	}
-	if !inOld {
-		return nil
-	}
 	// A name leaves a directory only by changing it (its ctime), so only a
 	// changed directory can have lost entries.
-	nst, _ := os.Lstat(newDir)
-	ost, err := os.Lstat(filepath.Join(w.oldRoot, filepath.FromSlash(name)))
-	if err != nil {
-		return err
-	}
-	if nst != nil && !inodeChanged(ost, nst) {
+	if !inOld || !changed {
 		return nil
 	}
 	old, err := os.ReadDir(filepath.Join(w.oldRoot, filepath.FromSlash(name)))
