@@ -84,12 +84,25 @@ func TestDockerImageWithoutDockerfile(t *testing.T) {
 // TestTrixieTasksGetPython313Toolchain: a sandbox of an image built FROM
 // python:3.13 (the trixie python base) gets the trixie toolchain, whose
 // sealed Python is 3.13 and runs 3.13-only code (PEP 696 type parameter
-// defaults, copy.replace); a python:3.11 image keeps bookworm's 3.11.
+// defaults, copy.replace); a python:3.11 image keeps bookworm's 3.11. A
+// test.sh that asks uv for a Python (`uvx -p 3.13`, which Harbor's uv
+// downloads whatever the image) gets the toolchain with that Python on
+// either image.
 func TestTrixieTasksGetPython313Toolchain(t *testing.T) {
 	d := testenv.Docker(t)
 	ctx := context.Background()
-	for name, want := range map[string]string{"python:3.13-slim-bookworm": "3.13", "python:3.11-slim": "3.11"} {
-		tk, err := task.Load(writeImageTask(t, strings.NewReplacer(":", "-", ".", "").Replace(name), "FROM "+name+"\n"))
+	for _, c := range []struct{ from, uvx, want string }{
+		{"python:3.13-slim-bookworm", "", "3.13"},
+		{"python:3.11-slim", "", "3.11"},
+		{"python:3.11-slim", "uvx -p 3.13 --with pytest==8.4.1 pytest -p no:cacheprovider", "3.13"},
+		{"python:3.13-slim", "uvx --python=3.11 pytest", "3.11"},
+	} {
+		name := c.from + " " + c.uvx
+		dir := writeImageTask(t, strings.NewReplacer(":", "-", ".", "", " ", "", "=", "").Replace(c.from+c.uvx), "FROM "+c.from+"\n")
+		if c.uvx != "" {
+			os.WriteFile(filepath.Join(dir, task.TestScriptFile), []byte("#!/bin/bash\n"+c.uvx+" /tests\n"), 0o755)
+		}
+		tk, err := task.Load(dir)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,19 +110,20 @@ func TestTrixieTasksGetPython313Toolchain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		tc, err := d.SandboxToolchain(ctx, img)
+		lim := sandbox.Limits{CPUs: 1, MemoryMB: 512, Pids: 256, VerifierPython: tk.Config.VerifierPython}
+		tc, err := d.SandboxToolchain(ctx, img, lim.VerifierPython)
 		if err != nil || tc == nil {
 			t.Fatalf("%s: toolchain %v, %v", name, tc, err)
 		}
 		t.Logf("%s: toolchain %s (built %v in %s)", name, tc.Hash, tc.Built, tc.BuildTime)
-		id, err := d.Start(ctx, "t1flow-tctest-"+want, img, sandbox.Limits{CPUs: 1, MemoryMB: 512, Pids: 256}, nil, map[string]string{sandbox.LabelRollout: "tctest"})
+		id, err := d.Start(ctx, "t1flow-tctest-"+strings.NewReplacer(":", "-", ".", "", " ", "", "=", "").Replace(c.from+c.uvx), img, lim, nil, map[string]string{sandbox.LabelRollout: "tctest"})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { d.Remove(context.Background(), id) })
 		code := "import sys, copy, dataclasses\n" +
 			"print('%d.%d' % sys.version_info[:2])\n"
-		if want == "3.13" {
+		if c.want == "3.13" {
 			code += "exec('class Box[T = int]: pass')\n" +
 				"@dataclasses.dataclass\nclass P:\n    x: int\nassert copy.replace(P(1), x=2).x == 2\n"
 		}
@@ -118,8 +132,8 @@ func TestTrixieTasksGetPython313Toolchain(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.TrimSpace(res.Output); res.ExitCode != 0 || got != want {
-			t.Errorf("%s: the sealed Python said %q (exit %d), want %s", name, got, res.ExitCode, want)
+		if got := strings.TrimSpace(res.Output); res.ExitCode != 0 || got != c.want {
+			t.Errorf("%s: the sealed Python said %q (exit %d), want %s", name, got, res.ExitCode, c.want)
 		}
 	}
 }

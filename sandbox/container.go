@@ -59,11 +59,15 @@ type Limits struct {
 	StorageMB int64
 	// WorkDir (environment.workdir) replaces the image's WORKDIR; "" keeps it.
 	WorkDir string
+	// VerifierPython (task.Config.VerifierPython) picks the sealed verifier
+	// toolchain whose Python serves test.sh's uv request; "" follows the
+	// image's base (SandboxToolchain).
+	VerifierPython string
 }
 
 // TaskLimits are the limits a task's task.toml asks for.
 func TaskLimits(c task.Config) Limits {
-	return Limits{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Pids: c.Pids, Internet: c.AllowInternet, StorageMB: c.StorageMB, WorkDir: c.Workdir}
+	return Limits{CPUs: c.CPUs, MemoryMB: c.MemoryMB, Pids: c.Pids, Internet: c.AllowInternet, StorageMB: c.StorageMB, WorkDir: c.Workdir, VerifierPython: c.VerifierPython}
 }
 
 // ContainerName is the sandbox's name: the same across retries of one
@@ -160,7 +164,7 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []
 // EnsureToolchain has run) and the storage limit: a daemon-enforced size, or
 // a label that tells the sandbox host to watch the writable layer.
 func (d *Docker) sealAndBound(ctx context.Context, img string, lim Limits, hc *container.HostConfig, labels map[string]string) error {
-	tc, err := d.SandboxToolchain(ctx, img)
+	tc, err := d.SandboxToolchain(ctx, img, lim.VerifierPython)
 	if err != nil {
 		return errs.Infraf("sealed verifier toolchain for %s: %v", img, err)
 	}

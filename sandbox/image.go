@@ -123,6 +123,11 @@ func (d *Docker) EnsureTaskImage(ctx context.Context, t *task.Task, progress fun
 	if err != nil {
 		return "", false, errs.TaskInvalidf("%s: %v", task.DockerfileFile, err)
 	}
+	if vb, _ := task.VerifierBase(t.Config.VerifierPython); vb != "" {
+		// The sandbox's toolchain comes from this base (SandboxToolchain):
+		// built here, with the image, not inside the sandbox's creation.
+		bases = append(bases, vb)
+	}
 	for _, b := range bases {
 		if _, err := d.EnsureBase(ctx, b); err != nil {
 			return "", false, errs.Infraf("base image %s: %v", b, err)

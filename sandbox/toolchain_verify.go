@@ -259,20 +259,33 @@ func (d *Docker) EnsureToolchain(ctx context.Context) (Toolchain, error) {
 }
 
 // SandboxToolchain is the toolchain a sandbox of image img gets mounted,
-// nil until EnsureToolchain has run: the trixie toolchain (Python 3.13) for
-// an image built on a trixie base (FROM python:3.13, debian:13 and the other
-// lines the base map sends to trixie; docs/task-format.md), built once per
-// host on first use, else the default (bookworm's Python 3.11). An image is
-// on a base when its first layer is that base's (the base is one imported
-// layer, so every image built FROM it starts with it).
-func (d *Docker) SandboxToolchain(ctx context.Context, img string) (*Toolchain, error) {
+// nil until EnsureToolchain has run. When test.sh asks uv for a Python
+// (python, task.Config.VerifierPython: `uvx -p 3.13`, which Harbor's uv
+// downloads), it is the toolchain whose Python serves that request
+// (task.VerifierBase: trixie's 3.13 for 3.12 and newer, bookworm's 3.11 for
+// older), whatever the image's base. Otherwise it follows the image: the
+// trixie toolchain (Python 3.13) for an image built on a trixie base (FROM
+// python:3.13, debian:13 and the other lines the base map sends to trixie;
+// docs/task-format.md), else the default (bookworm's Python 3.11). Each is
+// built once per host on first use. An image is on a base when its first
+// layer is that base's (the base is one imported layer, so every image built
+// FROM it starts with it).
+func (d *Docker) SandboxToolchain(ctx context.Context, img, python string) (*Toolchain, error) {
 	def := d.toolchain.Load()
 	if def == nil {
 		return nil, nil
 	}
-	trixie, err := d.onTrixie(ctx, img)
-	if err != nil || !trixie {
-		return def, err
+	var trixie bool
+	if b, _ := task.VerifierBase(python); b != "" {
+		trixie = b == task.BaseTrixie
+	} else {
+		var err error
+		if trixie, err = d.onTrixie(ctx, img); err != nil {
+			return nil, err
+		}
+	}
+	if !trixie {
+		return def, nil
 	}
 	base := BaseTag(task.BaseTrixie)
 	if _, err := d.EnsureBase(ctx, task.BaseTrixie); err != nil {

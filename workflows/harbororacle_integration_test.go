@@ -48,6 +48,7 @@ var harborOracleDivergences = map[string]harborDivergence{
 	"py313-features":        tb2Offline,
 	"service-from-solution": tb2Offline,
 	"skipped-tests":         tb2Offline,
+	"uvx-python-313-on-311": tb2Offline,
 	// test.sh runs `python3 -m pytest --ctrf` on the image's Python: the
 	// python:3.11-slim image has no pytest, t1flow's python-bookworm base has
 	// Debian's without pytest-json-ctrf, so no ctrf.json and no reward.txt

@@ -48,6 +48,10 @@ var harborProof = map[string][2]proofWant{
 	"skipped-tests": {{1, nil, 3, 2, 5}, {0, nil, 1, 2, 5}},
 	// reward.txt is the fraction of checks right: the oracle gets 2 of 3.
 	"partial-reward-txt": {{2.0 / 3, nil, 2, 0, 3}, {0, nil, 0, 0, 3}},
+	// FROM python:3.11-slim, test.sh's `uvx -p 3.13`: the tests run on 3.13
+	// (PEP 696, copy.replace), as Harbor's uv would download it; nop passes
+	// the version check only.
+	"uvx-python-313-on-311": {{1, nil, 3, 0, 3}, {0, nil, 1, 0, 3}},
 	// reward.json from a grader with no test runner: one assertion, T1's.
 	"reward-json": {{1, nil, 1, 0, 1}, {0, nil, 0, 0, 1}},
 }

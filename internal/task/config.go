@@ -69,6 +69,11 @@ type Config struct {
 	Workdir      string
 	AgentUser    string
 	VerifierUser string
+	// VerifierPython is the Python version tests/test.sh asks uv for
+	// (RequestedPython; read by Load from test.sh, not from task.toml). The
+	// sealed verifier mounts the toolchain whose Python serves it
+	// (VerifierBase); "" keeps the one that follows the image's base.
+	VerifierPython string
 	// Artifacts are paths copied out of the sandbox after verification into
 	// the rollout record (plus /logs/artifacts, Harbor's convention directory).
 	Artifacts []Artifact

@@ -94,6 +94,14 @@ func Load(dir string) (*Task, error) {
 	if b, err := os.ReadFile(filepath.Join(dir, InstructionFile)); err == nil {
 		t.Instruction = string(b)
 	}
+	if b, err := os.ReadFile(filepath.Join(dir, TestScriptFile)); err == nil {
+		if v, line := RequestedPython(string(b)); v != "" {
+			t.Config.VerifierPython = v
+			if _, approx := VerifierBase(v); approx != "" {
+				t.Warnings = append(t.Warnings, fmt.Sprintf("%s:%d: asks uv for Python %s, which the offline sealed verifier does not have: %s (docs/task-format.md, \"Verification\")", filepath.Join(dir, TestScriptFile), line, v, approx))
+			}
+		}
+	}
 	if b, err := os.ReadFile(filepath.Join(dir, DockerfileFile)); err == nil {
 		if !hasFrom(string(b)) {
 			errs = append(errs, &FieldError{File: filepath.Join(dir, DockerfileFile), Msg: "has no FROM instruction"})
