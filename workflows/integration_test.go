@@ -183,6 +183,27 @@ func TestAgentCannotChangeItsReward(t *testing.T) {
 	}
 }
 
+// sandboxDeployments lists the sandboxes of host (only the running ones
+// when running is set) with the deployment each names.
+func sandboxDeployments(t *testing.T, host string, running bool) map[string]string {
+	t.Helper()
+	args := []string{"ps", "--filter", "label=" + sandbox.LabelHost + "=" + host, "--format", `{{.ID}} {{.Label "` + sandbox.LabelDeployment + `"}}`}
+	if !running {
+		args = append(args, "-a")
+	}
+	out, err := exec.Command("docker", args...).Output()
+	if err != nil {
+		t.Fatalf("docker ps: %v", err)
+	}
+	m := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if id, dep, ok := strings.Cut(line, " "); ok || id != "" {
+			m[id] = dep
+		}
+	}
+	return m
+}
+
 // TestWorkerKilledMidSweep kills the worker process with SIGKILL while
 // rollouts run, restarts it, and checks that the sweep completes with every
 // rollout counted once and that the reaper leaves no t1flow container behind.
@@ -203,25 +224,43 @@ func TestWorkerKilledMidSweep(t *testing.T) {
 	agent := activities.AgentSpec{Kind: activities.AgentScripted, Commands: []string{"sleep 1", "sleep 1", "echo step >> /tmp/steps", "sleep 1"}}
 	run := r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: agent, Concurrency: 2})
 
-	// Kill once a rollout has finished and others are mid-episode.
+	// Kill once a rollout has finished and others are mid-episode: a
+	// sandbox seen running in two polls in a row, so that it is not one
+	// whose rollout just ended and which the worker is removing (the daemon
+	// finishes a removal the killed worker asked for).
 	deadline := time.Now().Add(3 * time.Minute)
+	seenBefore := map[string]bool{}
 	for {
 		if time.Now().After(deadline) {
 			t.Fatal("the sweep never reached the middle")
 		}
 		v, err := r.c.QueryWorkflow(context.Background(), run.GetID(), "", workflows.QueryProgress)
 		var p workflows.Progress
-		if err == nil && v.Get(&p) == nil && p.Done >= 1 && p.Running >= 1 && len(testenv.Containers(t, sandbox.LabelHost, r.host)) > 0 {
+		running := sandboxDeployments(t, r.host, true)
+		steady := false
+		for id := range running {
+			steady = steady || seenBefore[id]
+		}
+		if err == nil && v.Get(&p) == nil && p.Done >= 1 && p.Running >= 1 && steady {
 			break
+		}
+		seenBefore = map[string]bool{}
+		for id := range running {
+			seenBefore[id] = true
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	w.Kill9(t)
-	if len(testenv.Containers(t, sandbox.LabelHost, r.host)) == 0 {
+	// One listing for both checks, so a removal finishing between two
+	// listings cannot make them disagree.
+	left := sandboxDeployments(t, r.host, false)
+	if len(left) == 0 {
 		t.Fatal("expected the killed worker's sandboxes to outlive it")
 	}
-	if mine := testenv.Containers(t, sandbox.LabelDeployment, r.addr+"/default"); len(mine) == 0 {
-		t.Errorf("the worker's sandboxes do not name its deployment %s/default", r.addr)
+	for id, dep := range left {
+		if dep != r.addr+"/default" {
+			t.Errorf("the worker's sandbox %.12s names deployment %q, not its own %s/default", id, dep, r.addr)
+		}
 	}
 	time.Sleep(time.Second)
 	w.Start(t)
