@@ -210,16 +210,21 @@ type VerifyResult struct {
 	Passed     int         `json:"passed"`
 	Total      int         `json:"total"`
 	// Reward is Harbor's (RewardFile: reward.json or reward.txt), nil when
-	// test.sh wrote neither; Resolved is Harbor's success (reward 1), or
+	// test.sh wrote neither; Resolved is Harbor's success (reward 1, every
+	// named reward 1 when there are several without a "reward"), or
 	// every assertion passed or skipped when there is no reward file.
 	// Disagreement says how the reward file and the assertions differ.
-	Reward       *float64 `json:"reward,omitempty"`
-	RewardFile   string   `json:"reward_file,omitempty"`
-	Resolved     bool     `json:"resolved"`
-	Disagreement string   `json:"disagreement,omitempty"`
-	ExitCode     int      `json:"exit_code"`
-	DurationMs   int64    `json:"duration_ms"`
-	Preview      string   `json:"preview,omitempty"`
+	// Rewards is the reward file's every value as Harbor's
+	// verifier_result.rewards ({"reward": x} for reward.txt); Reward is its
+	// "reward", else its only value, nil for several without a "reward".
+	Rewards      map[string]float64 `json:"rewards,omitempty"`
+	Reward       *float64           `json:"reward,omitempty"`
+	RewardFile   string             `json:"reward_file,omitempty"`
+	Resolved     bool               `json:"resolved"`
+	Disagreement string             `json:"disagreement,omitempty"`
+	ExitCode     int                `json:"exit_code"`
+	DurationMs   int64              `json:"duration_ms"`
+	Preview      string             `json:"preview,omitempty"`
 	// Tampered lists what the agent changed that verification depends on
 	// (docs/verification.md); when set, the tests did not run and the
 	// rollout is `tampered`, reward 0.

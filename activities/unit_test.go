@@ -68,6 +68,42 @@ func TestSkippedTestsResolveAsPytestPasses(t *testing.T) {
 	}
 }
 
+// TestSeveralNamedRewards: a reward.json of several named numbers and no
+// "reward" is Harbor's rewards dict (it reports a mean per key): kept whole,
+// no single reward, resolved when every one is 1, and without tests T1
+// counts one assertion per key.
+func TestSeveralNamedRewards(t *testing.T) {
+	vr, err := ParseResults(map[string][]byte{"reward.json": []byte(`{"correctness": 1, "style": 0.5}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if vr.Reward != nil || len(vr.Rewards) != 2 || vr.Rewards["correctness"] != 1 || vr.Rewards["style"] != 0.5 {
+		t.Fatalf("rewards %v reward %v, want both kept and no single reward", vr.Rewards, vr.Reward)
+	}
+	if vr.Resolved || vr.Format != "reward.json" || vr.Passed != 1 || vr.Total != 2 || vr.Assertions[0].Name != "reward.json:correctness" {
+		t.Fatalf("style 0.5 resolved %v, %d/%d %+v; want unresolved, 1/2 by key", vr.Resolved, vr.Passed, vr.Total, vr.Assertions)
+	}
+	vr, _ = ParseResults(map[string][]byte{"reward.json": []byte(`{"correctness": 1, "style": 1}`)})
+	if !vr.Resolved || vr.Passed != 2 {
+		t.Fatalf("every named reward 1: %+v", vr)
+	}
+	// A "reward" among them is the reward; the others are kept beside it.
+	vr, _ = ParseResults(map[string][]byte{"reward.json": []byte(`{"reward": 1, "style": 0}`)})
+	if vr.Reward == nil || *vr.Reward != 1 || !vr.Resolved || vr.Total != 1 || vr.Rewards["style"] != 0 {
+		t.Fatalf("reward beside style: %+v", vr)
+	}
+	// Beside CTRF the assertions count; the rewards decide resolution.
+	ctrf := `{"results":{"tests":[{"name":"a","status":"passed"},{"name":"b","status":"passed"}]}}`
+	vr, _ = ParseResults(map[string][]byte{"ctrf.json": []byte(ctrf), "reward.json": []byte(`{"a": 1, "b": 0}`)})
+	if vr.Resolved || vr.Passed != 2 || !strings.Contains(vr.Disagreement, "reward.json says a 1, b 0, ctrf says 2 passed") {
+		t.Fatalf("named rewards beside a passing CTRF: resolved %v, disagreement %q", vr.Resolved, vr.Disagreement)
+	}
+	_, err = ParseResults(map[string][]byte{"reward.json": []byte(`{"a": 1, "b": "high"}`)})
+	if err == nil || !strings.Contains(err.Error(), `reward.json: "b" is high`) {
+		t.Fatalf("a non-number among named rewards: %v, want the key named", err)
+	}
+}
+
 func TestParseRewardFiles(t *testing.T) {
 	vr, err := ParseResults(map[string][]byte{"reward.txt": []byte("1.0\n")})
 	if err != nil || vr.Passed != 1 || vr.Total != 1 || !vr.Resolved {
@@ -92,7 +128,10 @@ func TestParseRewardFiles(t *testing.T) {
 		"nothing":       {},
 		"not a number":  {"reward.txt": []byte("great")},
 		"not finite":    {"reward.txt": []byte("inf")},
-		"bad json":      {"reward.json": []byte(`{"a": 1, "b": 2}`)},
+		"bad json":      {"reward.json": []byte(`{"a": 1,`)},
+		"string value":  {"reward.json": []byte(`{"reward": "1"}`)},
+		"null value":    {"reward.json": []byte(`{"a": 1, "b": null}`)},
+		"empty dict":    {"reward.json": []byte(`{}`)},
 		"bad xml":       {"junit.xml": []byte(`<testsuite><testcase`)},
 		"no assertions": {"junit.xml": []byte(`<testsuite tests="0"></testsuite>`)},
 	} {

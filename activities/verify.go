@@ -25,7 +25,7 @@ const VerifierDir = "/logs/verifier"
 // passed (pytest's exit 0, which is what test.sh turns into reward 1). When
 // both exist and disagree, Disagreement says how; the reward file decides.
 func ParseResults(files map[string][]byte) (VerifyResult, error) {
-	reward, rewardFile, err := harborReward(files)
+	rewards, reward, rewardFile, err := harborReward(files)
 	if err != nil {
 		return VerifyResult{}, err
 	}
@@ -34,26 +34,38 @@ func ParseResults(files map[string][]byte) (VerifyResult, error) {
 		return VerifyResult{}, err
 	}
 	if format == "" {
-		if reward == nil {
+		if rewards == nil {
 			return VerifyResult{}, fmt.Errorf("no results in %s (expected reward.json, reward.txt, ctrf.json or a JUnit *.xml)", VerifierDir)
 		}
-		// One assertion, passed at reward 1: T1's count for a task that
-		// reports no tests.
-		st := StatusFailed
-		if *reward == 1 {
-			st = StatusPassed
+		// T1's count for a task that reports no tests: one assertion, the
+		// reward (one per named reward when there is no single one), passed
+		// at 1.
+		format = rewardFile
+		counted := rewards
+		if reward != nil {
+			counted = map[string]float64{"reward": *reward}
 		}
-		format, as = rewardFile, []Assertion{{Name: rewardFile, Status: st, Message: fmt.Sprintf("reward %v", *reward)}}
+		for _, k := range sortedRewardKeys(counted) {
+			st := StatusFailed
+			if counted[k] == 1 {
+				st = StatusPassed
+			}
+			name := rewardFile
+			if len(counted) > 1 {
+				name = rewardFile + ":" + k
+			}
+			as = append(as, Assertion{Name: name, Status: st, Message: fmt.Sprintf("%s %v", k, counted[k])})
+		}
 	}
 	vr, err := tally(format, as)
 	if err != nil {
 		return vr, err
 	}
 	testsPass := vr.HarborResolved()
-	vr.Reward, vr.RewardFile = reward, rewardFile
+	vr.Rewards, vr.Reward, vr.RewardFile = rewards, reward, rewardFile
 	vr.Resolved = vr.HarborResolved()
-	if reward != nil && format != rewardFile && vr.Resolved != testsPass {
-		vr.Disagreement = fmt.Sprintf("%s says reward %v, %s says %d passed, %d skipped of %d: the reward file decides", rewardFile, *reward, format, vr.Passed, vr.skipped(), vr.Total)
+	if rewards != nil && format != rewardFile && vr.Resolved != testsPass {
+		vr.Disagreement = fmt.Sprintf("%s says %s, %s says %d passed, %d skipped of %d: the reward file decides", rewardFile, rewardsText(rewards), format, vr.Passed, vr.skipped(), vr.Total)
 	}
 	return vr, nil
 }
@@ -65,6 +77,15 @@ func ParseResults(files map[string][]byte) (VerifyResult, error) {
 func (vr VerifyResult) HarborResolved() bool {
 	if vr.Reward != nil {
 		return *vr.Reward == 1
+	}
+	if len(vr.Rewards) > 0 {
+		// Several named rewards and no "reward": resolved when every one is 1.
+		for _, v := range vr.Rewards {
+			if v != 1 {
+				return false
+			}
+		}
+		return true
 	}
 	return vr.Passed > 0 && vr.Passed+vr.skipped() == vr.Total
 }
@@ -79,37 +100,66 @@ func (vr VerifyResult) skipped() int {
 	return n
 }
 
-// harborReward is Harbor's reward: reward.json ({"reward": x}, a single
-// named value, or a bare number), else reward.txt.
-func harborReward(files map[string][]byte) (*float64, string, error) {
+// harborReward is Harbor's reward: reward.json (a dict of named numbers, or
+// a bare number as {"reward": x}), else reward.txt ({"reward": x}). reward is
+// the dict's "reward", else its only value; nil for several values without
+// a "reward" (Harbor then reports a mean per key).
+func harborReward(files map[string][]byte) (rewards map[string]float64, reward *float64, file string, err error) {
 	if b, ok := files["reward.json"]; ok {
 		var v any
 		if err := json.Unmarshal(b, &v); err != nil {
-			return nil, "", fmt.Errorf("%s/reward.json: %v", VerifierDir, err)
+			return nil, nil, "", fmt.Errorf("%s/reward.json: %v", VerifierDir, err)
 		}
-		var r any = v
-		if m, ok := v.(map[string]any); ok {
-			r = m["reward"]
-			if _, has := m["reward"]; !has && len(m) == 1 {
-				for _, x := range m {
-					r = x
-				}
+		m, isMap := v.(map[string]any)
+		if !isMap {
+			m = map[string]any{"reward": v}
+		}
+		if len(m) == 0 {
+			return nil, nil, "", fmt.Errorf("%s/reward.json: no rewards in {} (expected {\"reward\": number} or named numbers)", VerifierDir)
+		}
+		rewards = make(map[string]float64, len(m))
+		for k, x := range m {
+			f, ok := x.(float64)
+			if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
+				return nil, nil, "", fmt.Errorf("%s/reward.json: %q is %s, not a finite number", VerifierDir, k, text.Truncate(fmt.Sprint(x), 40))
+			}
+			rewards[k] = f
+		}
+		if f, ok := rewards["reward"]; ok {
+			reward = &f
+		} else if len(rewards) == 1 {
+			for _, f := range rewards {
+				reward = &f
 			}
 		}
-		f, ok := r.(float64)
-		if !ok || math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, "", fmt.Errorf("%s/reward.json: expected {\"reward\": number}, a single named number, or a number", VerifierDir)
-		}
-		return &f, "reward.json", nil
+		return rewards, reward, "reward.json", nil
 	}
 	if b, ok := files["reward.txt"]; ok {
 		f, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
 		if err != nil || math.IsInf(f, 0) || math.IsNaN(f) {
-			return nil, "", fmt.Errorf("%s/reward.txt: %q is not a number", VerifierDir, strings.TrimSpace(string(b)))
+			return nil, nil, "", fmt.Errorf("%s/reward.txt: %q is not a number", VerifierDir, strings.TrimSpace(string(b)))
 		}
-		return &f, "reward.txt", nil
+		return map[string]float64{"reward": f}, &f, "reward.txt", nil
 	}
-	return nil, "", nil
+	return nil, nil, "", nil
+}
+
+func sortedRewardKeys(m map[string]float64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// rewardsText is "reward 0.5" for a single reward, else "a 1, b 0.5".
+func rewardsText(m map[string]float64) string {
+	parts := []string{}
+	for _, k := range sortedRewardKeys(m) {
+		parts = append(parts, fmt.Sprintf("%s %v", k, m[k]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // assertions reads CTRF JSON, else every JUnit XML file; format "" when

@@ -67,7 +67,7 @@ func evalExport(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return fmt.Errorf("eval export: harbor rejects %s: %w", *dir, err)
 	}
-	fmt.Fprintf(stdout, "harbor reads %d trials, %d errored, mean %v\n", len(got.Trials), got.NErroredTrials, got.Mean)
+	fmt.Fprintf(stdout, "harbor reads %d trials, %d errored, metrics %v\n", len(got.Trials), got.NErroredTrials, got.Metrics)
 	return nil
 }
 

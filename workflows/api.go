@@ -125,10 +125,14 @@ type RolloutResult struct {
 	Resolved   bool    `json:"resolved"`
 	// HarborReward is the task's own reward as Harbor reads it
 	// (reward.json, else reward.txt); nil when test.sh wrote neither.
-	HarborReward    *float64 `json:"harbor_reward,omitempty"`
-	Turns           int      `json:"turns"`
-	DurationSec     float64  `json:"duration_s"`
-	SandboxAttempts int      `json:"sandbox_attempts"`
+	HarborReward *float64 `json:"harbor_reward,omitempty"`
+	// HarborRewards is every value of the reward file, Harbor's
+	// verifier_result.rewards; HarborReward is its "reward" or only value
+	// (nil for several named ones without a "reward").
+	HarborRewards   map[string]float64 `json:"harbor_rewards,omitempty"`
+	Turns           int                `json:"turns"`
+	DurationSec     float64            `json:"duration_s"`
+	SandboxAttempts int                `json:"sandbox_attempts"`
 	// LostTurns counts agent turns lost to a worker that died mid-turn: each
 	// one started the episode over in a fresh sandbox (errs.TurnLost).
 	LostTurns int        `json:"lost_turns,omitempty"`

@@ -118,7 +118,7 @@ func checkHarborExport(ctx context.Context, t *testing.T, r *rig, rep workflows.
 	if err != nil {
 		t.Fatalf("harbor rejects the export: %v", err)
 	}
-	if len(got.Trials) != 3 || got.Mean["t1flow-scripted__examples"] != 1 || got.NErroredTrials != 0 {
+	if len(got.Trials) != 3 || got.Metrics["t1flow-scripted__examples"]["mean"] != 1 || got.NErroredTrials != 0 {
 		t.Fatalf("harbor reads %+v, want 3 trials, mean 1, none errored", got)
 	}
 	for name, tr := range got.Trials {

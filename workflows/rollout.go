@@ -400,7 +400,7 @@ func (r *rollout) verify(ctx workflow.Context, cs activities.CreateSandboxResult
 	if workflow.GetVersion(ctx, "harbor-reward", workflow.DefaultVersion, 1) == 1 {
 		// Harbor's reward file decides resolution; skipped tests do not fail
 		// a run (activities.ParseResults).
-		res.Resolved, res.HarborReward = vr.HarborResolved(), vr.Reward
+		res.Resolved, res.HarborReward, res.HarborRewards = vr.HarborResolved(), vr.Reward, vr.Rewards
 	}
 	res.Error = ""
 	res.Outcome = OutcomeUnresolved

@@ -22,13 +22,13 @@ func NewTrialResult(t Trial, jobID, uri string, fallback time.Time) TrialResult 
 		AgentInfo:   AgentInfo{Name: t.Agent, Version: t.AgentVersion},
 		AgentResult: &AgentContext{NInputTokens: t.InputTokens, NOutputTokens: t.OutputTokens, Metadata: t.Extra},
 		StartedAt:   timePtr(t.StartedAt), FinishedAt: timePtr(t.FinishedAt),
-		RewardValid: t.Reward != nil,
 	}
 	if t.Model != "" {
 		r.AgentInfo.ModelInfo = &ModelInfo{Name: t.Model}
 	}
-	if t.Reward != nil {
-		r.VerifierResult = &VerifierResult{Rewards: map[string]float64{RewardKey: *t.Reward}}
+	if rd := t.RewardDict(); rd != nil {
+		r.RewardValid = true
+		r.VerifierResult = &VerifierResult{Rewards: rd}
 	}
 	if t.ExceptionType != "" {
 		at := t.FinishedAt
@@ -47,11 +47,13 @@ func NewTrialResult(t Trial, jobID, uri string, fallback time.Time) TrialResult 
 }
 
 // NewJobResult is the job's result.json, its stats computed as Harbor's
-// JobStats.increment computes them, its mean as Harbor's Mean metric (a
-// trial without a reward counts as 0) and pass@k as harbor.utils.pass_at_k.
+// JobStats.increment computes them, its metrics as Harbor's Mean metric
+// (aggregate_reward_dicts: a trial without a reward counts as 0; one
+// "mean" when the trials name at most one key, else a mean per key with a
+// missing key as 0) and pass@k as harbor.utils.pass_at_k.
 func NewJobResult(j Job) JobResult {
 	st := JobStats{NCompletedTrials: len(j.Trials), NRetries: j.Retries, Evals: map[string]*AgentDatasetStats{}}
-	sums, counts, groups := map[string]float64{}, map[string]int{}, map[string][]Trial{}
+	groups := map[string][]Trial{}
 	for _, t := range j.Trials {
 		key := t.EvalsKey()
 		groups[key] = append(groups[key], t)
@@ -61,17 +63,16 @@ func NewJobResult(j Job) JobResult {
 				RewardStats: map[string]map[string][]string{}, ExceptionStats: map[string][]string{}}
 			st.Evals[key] = e
 		}
-		counts[key]++
-		if t.Reward != nil {
+		if rd := t.RewardDict(); rd != nil {
 			e.NTrials++
-			sums[key] += *t.Reward
-			rs := e.RewardStats[RewardKey]
-			if rs == nil {
-				rs = map[string][]string{}
-				e.RewardStats[RewardKey] = rs
+			for k, v := range rd {
+				rs := e.RewardStats[k]
+				if rs == nil {
+					rs = map[string][]string{}
+					e.RewardStats[k] = rs
+				}
+				rs[pyFloat(v)] = append(rs[pyFloat(v)], t.Name)
 			}
-			v := pyFloat(*t.Reward)
-			rs[v] = append(rs[v], t.Name)
 		}
 		if t.ExceptionType != "" {
 			e.ExceptionStats[t.ExceptionType] = append(e.ExceptionStats[t.ExceptionType], t.Name)
@@ -82,7 +83,7 @@ func NewJobResult(j Job) JobResult {
 		st.NOutputTokens = addPtr(st.NOutputTokens, t.OutputTokens)
 	}
 	for key, e := range st.Evals {
-		e.Metrics = append(e.Metrics, map[string]any{"mean": sums[key] / float64(counts[key])})
+		e.Metrics = append(e.Metrics, meanMetric(groups[key]))
 		e.PassAtK = passAtK(groups[key])
 	}
 	st.NPendingTrials = max(j.Total-st.NCompletedTrials, 0)
@@ -94,6 +95,38 @@ func NewJobResult(j Job) JobResult {
 		SchemaVersion: 1, ID: UUID("job:" + j.ID), StartedAt: j.StartedAt.UTC().Format(time.RFC3339Nano),
 		UpdatedAt: timePtr(updated), FinishedAt: timePtr(j.FinishedAt), NTotalTrials: j.Total, Stats: st,
 	}
+}
+
+// meanMetric is Harbor's Mean over trials (harbor.metrics.base's
+// aggregate_reward_dicts): with at most one reward key among them, {"mean":
+// the mean of each trial's only value, 0 without}; else the mean of each
+// key, 0 where a trial lacks it.
+func meanMetric(trials []Trial) map[string]any {
+	keys := map[string]bool{}
+	for _, t := range trials {
+		for k := range t.RewardDict() {
+			keys[k] = true
+		}
+	}
+	n := float64(len(trials))
+	if len(keys) <= 1 {
+		sum := 0.0
+		for _, t := range trials {
+			for _, v := range t.RewardDict() {
+				sum += v
+			}
+		}
+		return map[string]any{"mean": sum / n}
+	}
+	out := map[string]any{}
+	for k := range keys {
+		sum := 0.0
+		for _, t := range trials {
+			sum += t.RewardDict()[k]
+		}
+		out[k] = sum / n
+	}
+	return out
 }
 
 // NewTrajectory is t's agent/trajectory.json: the instruction as the user's

@@ -16,18 +16,21 @@ var checkPy string
 type CheckReport struct {
 	NTotalTrials int                     `json:"n_total_trials"`
 	Trials       map[string]CheckedTrial `json:"trials"`
-	// Mean and PassAtK by evals key (agent__dataset).
-	Mean           map[string]float64            `json:"mean"`
+	// Metrics (Harbor's Mean: {"mean": x}, or one mean per reward key when
+	// the reward files name several) and PassAtK by evals key
+	// (agent__dataset).
+	Metrics        map[string]map[string]float64 `json:"metrics"`
 	PassAtK        map[string]map[string]float64 `json:"pass_at_k"`
 	NErroredTrials int                           `json:"n_errored_trials"`
 }
 
 // CheckedTrial is one trial as Harbor read it.
 type CheckedTrial struct {
-	Reward        *float64 `json:"reward"`
-	RewardValid   bool     `json:"reward_valid"`
-	ExceptionType *string  `json:"exception_type"`
-	Steps         int      `json:"steps"`
+	Reward        *float64           `json:"reward"`
+	Rewards       map[string]float64 `json:"rewards"`
+	RewardValid   bool               `json:"reward_valid"`
+	ExceptionType *string            `json:"exception_type"`
+	Steps         int                `json:"steps"`
 }
 
 // Check loads the job directory dir with harbor's own models under python

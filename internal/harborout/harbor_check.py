@@ -8,7 +8,8 @@ its agent/trajectory.json as harbor.models.trajectories.Trajectory (extra fields
 forbidden), and the job's result.json as harbor.models.job.result.JobResult.
 Then the job's stats must be what Harbor's own JobStats, Mean and pass@k
 compute from those trials, and each trial's reward_valid what Harbor computes. Prints one
-JSON line: what a Harbor reader sees (trials, rewards, exception types, mean).
+JSON line: what a Harbor reader sees (trials, rewards, exception types,
+metrics).
 Exits 1 with the file and field at fault on any mismatch.
 """
 
@@ -85,10 +86,12 @@ def main(job_dir):
                 fail(f"{job_path}: stats.evals[{key!r}].{field} {a} but harbor computes {b}")
         rewards = [t.verifier_result.rewards if t.verifier_result else None
                    for t in trials if evals_key(t) == key]
-        mean = Mean().compute(rewards).get("mean")
-        written = g.metrics[0].get("mean") if g.metrics else None
-        if written is None or mean is None or not math.isclose(written, mean, abs_tol=1e-9):
-            fail(f"{job_path}: stats.evals[{key!r}].metrics mean {written} but harbor's Mean gives {mean}")
+        # Harbor's Mean: {"mean": x} for single-key rewards, one mean per key
+        # (a missing key counting 0) when the reward files name several.
+        mean = Mean().compute(rewards)
+        written = g.metrics[0] if g.metrics else {}
+        if set(written) != set(mean) or not all(math.isclose(written[k], mean[k], abs_tol=1e-9) for k in mean):
+            fail(f"{job_path}: stats.evals[{key!r}].metrics {written} but harbor's Mean gives {mean}")
     want_pass = compute_pass_at_k_by_evals(trials)
     for key, g in got.evals.items():
         if {int(k): v for k, v in g.pass_at_k.items()} != want_pass.get(key, {}):
@@ -97,11 +100,12 @@ def main(job_dir):
         "n_total_trials": job.n_total_trials,
         "trials": {t.trial_name: {
             "reward": (t.verifier_result.rewards or {}).get("reward") if t.verifier_result else None,
+            "rewards": t.verifier_result.rewards if t.verifier_result else None,
             "reward_valid": t.reward_valid,
             "exception_type": t.exception_info.exception_type if t.exception_info else None,
             "steps": steps[t.trial_name],
         } for t in trials},
-        "mean": {k: e.metrics[0]["mean"] for k, e in got.evals.items()},
+        "metrics": {k: e.metrics[0] for k, e in got.evals.items()},
         "pass_at_k": {k: {str(n): v for n, v in e.pass_at_k.items()} for k, e in got.evals.items()},
         "n_errored_trials": got.n_errored_trials,
     }, sort_keys=True))

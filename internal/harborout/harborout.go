@@ -29,6 +29,10 @@ type Trial struct {
 	// Reward is Harbor's reward (reward.json / reward.txt, else 1 or 0 by
 	// resolution); nil when the rollout was not scored.
 	Reward *float64
+	// Rewards is the task's reward file as Harbor's verifier_result.rewards
+	// when it named its rewards (several, or one under another key); nil
+	// means {"reward": Reward}.
+	Rewards map[string]float64
 	// ExceptionType / ExceptionMessage: why the rollout was not scored (or,
 	// for a scored one, what ended the agent, e.g. AgentTimeoutError); "" for none.
 	ExceptionType    string
@@ -45,6 +49,18 @@ type Trial struct {
 	// VerifierOutput is the tail of the verifier's output, written to
 	// verifier/test-stdout.txt as Harbor keeps it ("" for none).
 	VerifierOutput string
+}
+
+// RewardDict is t's verifier_result.rewards: Rewards, else {"reward":
+// Reward}; nil when the trial has no reward.
+func (t Trial) RewardDict() map[string]float64 {
+	switch {
+	case t.Reward == nil && len(t.Rewards) == 0:
+		return nil
+	case len(t.Rewards) > 0:
+		return t.Rewards
+	}
+	return map[string]float64{RewardKey: *t.Reward}
 }
 
 // Step is one agent turn: what it sent to the terminal and what came back.

@@ -167,3 +167,57 @@ func TestPassAtKIsHarbors(t *testing.T) {
 		t.Errorf("pass@k as harbor reads it: %v", rep.PassAtK)
 	}
 }
+
+// A task whose reward.json names several rewards keeps them as Harbor's
+// dict: reward_stats per key, one mean per key with a missing key and a
+// reward-less trial counting 0, no pass@k; Harbor's own Mean agrees.
+func TestSeveralNamedRewardsAreHarbors(t *testing.T) {
+	j := sampleJob()
+	j.Trials = j.Trials[:0]
+	for i, rd := range []map[string]float64{
+		{"correctness": 1, "style": 0.5},
+		{"correctness": 0, "style": 1},
+		{"correctness": 1},
+		nil,
+	} {
+		tr := sampleJob().Trials[0]
+		tr.Name, tr.Rewards, tr.Reward = TrialName("multi", fmt.Sprint(i)), rd, nil
+		if rd == nil {
+			tr.ExceptionType = "VerifierTimeoutError"
+		}
+		j.Trials = append(j.Trials, tr)
+	}
+	e := NewJobResult(j).Stats.Evals["oracle__adhoc"]
+	want := map[string]float64{"correctness": 2.0 / 4, "style": 1.5 / 4}
+	if len(e.Metrics) != 1 || len(e.Metrics[0]) != len(want) {
+		t.Fatalf("metrics %v, want one dict %v", e.Metrics, want)
+	}
+	for k, v := range want {
+		if got, _ := e.Metrics[0][k].(float64); got != v {
+			t.Errorf("metrics[%q] = %v, want %v (a missing key and the reward-less trial count 0)", k, e.Metrics[0][k], v)
+		}
+	}
+	if got := e.RewardStats["style"]["0.5"]; len(got) != 1 || got[0] != TrialName("multi", "0") {
+		t.Errorf("reward_stats style 0.5 = %v, want [%s]", got, TrialName("multi", "0"))
+	}
+	if got := e.RewardStats["correctness"]["1.0"]; len(got) != 2 {
+		t.Errorf("reward_stats correctness 1.0 = %v, want two trials", got)
+	}
+	if len(e.PassAtK) != 0 {
+		t.Errorf("pass@k %v with several named rewards, want none (as Harbor)", e.PassAtK)
+	}
+	dir := filepath.Join(t.TempDir(), "job")
+	if err := Write(dir, j); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := RunCheck(t, dir)
+	if err != nil {
+		t.Fatalf("harbor rejects the export: %v", err)
+	}
+	if got := rep.Trials[TrialName("multi", "0")]; got.Rewards["style"] != 0.5 || got.Reward != nil || !got.RewardValid {
+		t.Errorf("multi__0 as harbor reads it: %+v, want rewards {correctness 1, style 0.5}, no single reward", got)
+	}
+	if got := rep.Metrics["oracle__adhoc"]; got["style"] != want["style"] {
+		t.Errorf("metrics as harbor reads them: %v, want %v", got, want)
+	}
+}

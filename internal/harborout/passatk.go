@@ -8,16 +8,24 @@ import (
 // passAtK is harbor.utils.pass_at_k for one evals key, as Harbor computes
 // it (which differs from t1flow's eval table on purpose: this is what a
 // Harbor reader of the job expects): over trials with a valid reward only,
-// none at all when any reward is not 0 or 1, for k = 2, 4, 8, ... and 5,
-// 10, 15, ... up to the fewest valid trials any task has.
+// none at all when any reward is not 0 or 1 or a trial has several, for
+// k = 2, 4, 8, ... and 5, 10, 15, ... up to the fewest valid trials any task
+// has.
 func passAtK(trials []Trial) map[string]float64 {
 	byTask := map[string][]int{}
 	var order []string
 	for _, t := range trials {
-		if t.Reward == nil {
+		rd := t.RewardDict()
+		if rd == nil {
 			continue
 		}
-		v := *t.Reward
+		if len(rd) != 1 {
+			return map[string]float64{} // several named rewards: Harbor gives none
+		}
+		var v float64
+		for _, x := range rd {
+			v = x
+		}
 		if v != 0 && v != 1 {
 			return map[string]float64{}
 		}

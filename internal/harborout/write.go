@@ -77,16 +77,25 @@ func writeJSON(path string, v any) error {
 	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
-// writeVerifier writes what Harbor keeps of the verifier: reward.txt (the
-// reward) and test-stdout.txt, for a trial that has them.
+// writeVerifier writes what Harbor keeps of the verifier: reward.json (the
+// named rewards) or reward.txt (the reward), and test-stdout.txt, for a
+// trial that has them.
 func writeVerifier(dir string, t Trial) error {
-	if t.Reward == nil && t.VerifierOutput == "" {
+	if t.RewardDict() == nil && t.VerifierOutput == "" {
 		return nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	if t.Reward != nil {
+	if len(t.Rewards) > 0 {
+		b, err := json.Marshal(t.Rewards)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "reward.json"), append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	} else if t.Reward != nil {
 		if err := os.WriteFile(filepath.Join(dir, "reward.txt"), []byte(strconv.FormatFloat(*t.Reward, 'g', -1, 64)+"\n"), 0o644); err != nil {
 			return err
 		}

@@ -130,6 +130,10 @@ func harborTrial(r workflows.RolloutResult, agent activities.AgentSpec, source s
 	if r.Scored {
 		v := workflows.HarborRewardOf(r)
 		t.Reward = &v
+		if _, one := r.HarborRewards["reward"]; len(r.HarborRewards) > 1 || len(r.HarborRewards) == 1 && !one {
+			// Harbor's rewards dict as the task's reward.json wrote it.
+			t.Rewards = r.HarborRewards
+		}
 	}
 	return t
 }

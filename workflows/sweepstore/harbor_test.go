@@ -85,6 +85,25 @@ func TestHarborJobFromAReport(t *testing.T) {
 	}
 }
 
+// A reward.json of several named rewards reaches Harbor's trial as that
+// dict (and its reward.json); a single "reward" stays Reward alone.
+func TestHarborTrialKeepsNamedRewards(t *testing.T) {
+	named := map[string]float64{"correctness": 1, "style": 0.5}
+	tr := harborTrial(workflows.RolloutResult{Name: "lint", TaskID: "cccccccccccc", Attempt: 1, Scored: true, HarborRewards: named}, activities.AgentSpec{Kind: activities.AgentOracle}, "")
+	if len(tr.Rewards) != 2 || tr.Rewards["style"] != 0.5 || tr.RewardDict()["correctness"] != 1 {
+		t.Errorf("trial rewards %v, want %v", tr.Rewards, named)
+	}
+	one := 0.25
+	tr = harborTrial(workflows.RolloutResult{Name: "lint", TaskID: "cccccccccccc", Attempt: 1, Scored: true, HarborReward: &one, HarborRewards: map[string]float64{"reward": one}}, activities.AgentSpec{Kind: activities.AgentOracle}, "")
+	if tr.Rewards != nil || tr.Reward == nil || *tr.Reward != one {
+		t.Errorf("single reward: rewards %v reward %v, want Reward 0.25 alone", tr.Rewards, tr.Reward)
+	}
+	tr = harborTrial(workflows.RolloutResult{Name: "lint", TaskID: "cccccccccccc", Attempt: 1, HarborRewards: named, Outcome: workflows.OutcomeInfraError, Error: "InfraError: gone"}, activities.AgentSpec{Kind: activities.AgentOracle}, "")
+	if tr.RewardDict() != nil {
+		t.Errorf("an unscored trial has rewards %v", tr.RewardDict())
+	}
+}
+
 // A policy rollout's steps carry the tokens it sampled and their
 // log-probs, one run of generated positions per turn, and Harbor's ATIF
 // model takes them.
