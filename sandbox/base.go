@@ -52,6 +52,9 @@ func suitePackages(suite string) (first, later []string) {
 	return first, later
 }
 
+// rootMode is the base images' / (as Debian's and the official images').
+const rootMode = 0o755
+
 // BaseImageTag is the default base (Debian bookworm), the one the sealed
 // verifier toolchain is exported from.
 func BaseImageTag() string { return BaseTag(task.BaseBookworm) }
@@ -61,7 +64,7 @@ func BaseImageTag() string { return BaseTag(task.BaseBookworm) }
 // python base shares its suite's root filesystem and debootstrap run.
 func BaseTag(base string) string {
 	suite := task.BaseSuite(base)
-	recipe := suite + "\n" + strings.Join(BasePackages, "\n")
+	recipe := suite + "\n" + strings.Join(BasePackages, "\n") + fmt.Sprintf("\nroot %o", rootMode)
 	if later := suiteLater[suite]; len(later) > 0 {
 		recipe += "\nlater:" + strings.Join(later, ",")
 	}
@@ -153,6 +156,12 @@ func (d *Docker) buildBase(ctx context.Context, suite string) error {
 	}
 	root, err := os.MkdirTemp(d.StateDir, "rootfs-"+suite+"-")
 	if err != nil {
+		return err
+	}
+	// The import takes the image's / from this directory, which MkdirTemp
+	// made 0700: every user but root would be refused everything (exec of
+	// any program: "libc.so.6: Permission denied").
+	if err := os.Chmod(root, rootMode); err != nil {
 		return err
 	}
 	// debootstrap mounts /proc and /sys inside the target; a build that was

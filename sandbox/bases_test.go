@@ -36,7 +36,8 @@ func writeImageTask(t *testing.T, name, dockerfile string) string {
 // gets Python 3.13 (Debian trixie's), pip, the python command and no
 // EXTERNALLY-MANAGED marker, so `pip install` works as in the official
 // image; python:3.11 gets bookworm's 3.11; debian:13 is trixie, with the
-// marker kept.
+// marker kept. On every base a user other than root can run programs (/ is
+// 0755, as in Debian's images), as a task's USER line or agent.user needs.
 func TestPythonBasesAreLikeTheOfficialImages(t *testing.T) {
 	d := testenv.Docker(t)
 	ctx := context.Background()
@@ -51,6 +52,7 @@ func TestPythonBasesAreLikeTheOfficialImages(t *testing.T) {
 		"deb13": "FROM debian:13-slim\n" +
 			"RUN grep -q 'VERSION_CODENAME=trixie' /etc/os-release && ls /usr/lib/python3.13/EXTERNALLY-MANAGED\n",
 	} {
+		df += "USER nobody\nRUN test \"$(stat -c %a /)\" = 755 && test \"$(id -un)\" = nobody && python3 -c pass\n"
 		tk, err := task.Load(writeImageTask(t, name, df))
 		if err != nil {
 			t.Fatal(err)
