@@ -174,20 +174,27 @@ func inferenceInUse(ctx context.Context, c client.Client, urls []string) error {
 
 // CheckpointJSON is one checkpoint's row of `starter eval --checkpoint --json`.
 type CheckpointJSON struct {
-	Label          string                     `json:"label"`
-	Checkpoint     string                     `json:"checkpoint"`
-	WeightVersion  string                     `json:"weight_version"`
-	ResolvedRate   float64                    `json:"resolved_rate"`
-	MeanReward     float64                    `json:"mean_reward"`
-	MeanTurns      float64                    `json:"mean_turns"`
-	Timeouts       int                        `json:"timeouts"`    // agent timeout reached
-	TurnCapped     int                        `json:"turn_capped"` // turn cap reached
-	Rollouts       int                        `json:"rollouts"`
-	Scored         int                        `json:"scored"`
-	ByCategory     map[string]workflows.Group `json:"by_category"`
-	ByDifficulty   map[string]workflows.Group `json:"by_difficulty"`
-	PolicyVersions map[string]int             `json:"policy_versions"`
-	Report         store.Ref                  `json:"report"`
+	Label         string `json:"label"`
+	Checkpoint    string `json:"checkpoint"`
+	WeightVersion string `json:"weight_version"`
+	// ResolvedRate is over every rollout (Harbor's: an unscored one counts
+	// as 0); ScoredResolvedRate over the Scored alone.
+	Resolved           int                        `json:"resolved"`
+	ResolvedRate       float64                    `json:"resolved_rate"`
+	Unscored           int                        `json:"unscored"`
+	ScoredResolvedRate float64                    `json:"scored_resolved_rate"`
+	PassAtK            map[string]float64         `json:"pass_at_k,omitempty"`
+	HarborMeanReward   float64                    `json:"harbor_mean_reward"`
+	MeanReward         float64                    `json:"mean_reward"`
+	MeanTurns          float64                    `json:"mean_turns"`
+	Timeouts           int                        `json:"timeouts"`    // agent timeout reached
+	TurnCapped         int                        `json:"turn_capped"` // turn cap reached
+	Rollouts           int                        `json:"rollouts"`
+	Scored             int                        `json:"scored"`
+	ByCategory         map[string]workflows.Group `json:"by_category"`
+	ByDifficulty       map[string]workflows.Group `json:"by_difficulty"`
+	PolicyVersions     map[string]int             `json:"policy_versions"`
+	Report             store.Ref                  `json:"report"`
 }
 
 func checkpointsJSON(w io.Writer, wid string, in workflows.CheckpointEvalInput, res workflows.CheckpointEvalResult) error {
@@ -195,7 +202,8 @@ func checkpointsJSON(w io.Writer, wid string, in workflows.CheckpointEvalInput, 
 	for i, e := range res.Evals {
 		s := e.Summary
 		rows = append(rows, CheckpointJSON{Label: e.Label, Checkpoint: in.Checkpoints[i].Checkpoint.Name, WeightVersion: e.WeightVersion,
-			ResolvedRate: s.ResolvedRate, MeanReward: s.MeanReward, MeanTurns: s.MeanTurns, Timeouts: s.AgentEnds[workflows.AgentEndTimeout], TurnCapped: s.AgentEnds[workflows.AgentEndTurnCap],
+			Resolved: s.Resolved, ResolvedRate: s.ResolvedRate, Unscored: s.Unscored, ScoredResolvedRate: s.ScoredResolvedRate,
+			PassAtK: s.PassAtK, HarborMeanReward: s.HarborMeanReward, MeanReward: s.MeanReward, MeanTurns: s.MeanTurns, Timeouts: s.AgentEnds[workflows.AgentEndTimeout], TurnCapped: s.AgentEnds[workflows.AgentEndTurnCap],
 			Rollouts: s.Rollouts, Scored: s.Scored, ByCategory: s.ByCategory, ByDifficulty: s.ByDifficulty,
 			PolicyVersions: s.PolicyVersions, Report: e.Report})
 	}
@@ -204,14 +212,16 @@ func checkpointsJSON(w io.Writer, wid string, in workflows.CheckpointEvalInput, 
 
 // printComparison is the comparison table across checkpoints, with a
 // warning where a checkpoint's rollouts were sampled by other weights.
+// RESOLVED is over every rollout, as the eval table's headline (an unscored
+// one counts as 0; UNSCORED says how many), and so are the groups.
 func printComparison(w io.Writer, evals []workflows.CheckpointEval) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "CHECKPOINT\tPOLICY\tRESOLVED\tMEAN REWARD\tMEAN TURNS\tTIMEOUTS\tTURN CAP\tBY CATEGORY\tBY DIFFICULTY")
+	fmt.Fprintln(tw, "CHECKPOINT\tPOLICY\tRESOLVED\tUNSCORED\tPASS@K\tMEAN REWARD\tMEAN TURNS\tTIMEOUTS\tTURN CAP\tBY CATEGORY\tBY DIFFICULTY")
 	var warn []string
 	for _, e := range evals {
 		s := e.Summary
-		fmt.Fprintf(tw, "%s\t%s\t%d/%d %.1f%%\t%.3f\t%.1f\t%d\t%d\t%s\t%s\n", e.Label, e.WeightVersion, s.Resolved, s.Scored, 100*s.ResolvedRate,
-			s.MeanReward, s.MeanTurns, s.AgentEnds[workflows.AgentEndTimeout], s.AgentEnds[workflows.AgentEndTurnCap], groups(s.ByCategory), groups(s.ByDifficulty))
+		fmt.Fprintf(tw, "%s\t%s\t%d/%d %.1f%%\t%d\t%s\t%.3f\t%.1f\t%d\t%d\t%s\t%s\n", e.Label, e.WeightVersion, s.Resolved, s.Rollouts, 100*s.ResolvedRate,
+			s.Unscored, passAtK(s.PassAtK, "-"), s.MeanReward, s.MeanTurns, s.AgentEnds[workflows.AgentEndTimeout], s.AgentEnds[workflows.AgentEndTurnCap], groups(s.ByCategory), groups(s.ByDifficulty))
 		for v, n := range s.PolicyVersions {
 			if v != e.WeightVersion {
 				warn = append(warn, fmt.Sprintf("warning: %s: %d rollout(s) sampled by %s, not %s (weights changed during the sweep)", e.Label, n, v, e.WeightVersion))
@@ -228,7 +238,7 @@ func groups(m map[string]workflows.Group) string {
 	var out []string
 	for _, k := range sortedStrings(m) {
 		g := m[k]
-		out = append(out, fmt.Sprintf("%s %d/%d", k, g.Resolved, g.Scored))
+		out = append(out, fmt.Sprintf("%s %d/%d", k, g.Resolved, g.Rollouts))
 	}
 	return strings.Join(out, ", ")
 }

@@ -318,6 +318,21 @@ func evalJSON(rep workflows.EvalReport, ref store.Ref) EvalJSON {
 	return out
 }
 
+// passAtK lists pass@k in k's order ("pass@1 0.500, pass@2 0.750"), none
+// when there is none.
+func passAtK(m map[string]float64, none string) string {
+	var ks []string
+	for _, k := range []string{"1", "2", "4", "8", "16", "32", "64"} {
+		if v, ok := m[k]; ok {
+			ks = append(ks, fmt.Sprintf("pass@%s %.3f", k, v))
+		}
+	}
+	if len(ks) == 0 {
+		return none
+	}
+	return strings.Join(ks, ", ")
+}
+
 func printTable(w io.Writer, rep workflows.EvalReport) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "TASK\tCATEGORY\tDIFFICULTY\t#\tOUTCOME\tPASSED\tREWARD\tTURNS\tSECONDS")
@@ -333,16 +348,13 @@ func printTable(w io.Writer, rep workflows.EvalReport) {
 	fmt.Fprintf(w, "\nresolved %d/%d rollouts (%.1f%%; %d unscored counted as 0, %.1f%% of the %d scored), mean reward %.3f (S = %d), Harbor's mean reward %.3f, mean turns %.1f\n",
 		s.Resolved, s.Rollouts, 100*s.ResolvedRate, s.Unscored, 100*s.ScoredResolvedRate, s.Scored, s.MeanReward, rep.S, s.HarborMeanReward, s.MeanTurns)
 	if len(s.PassAtK) > 0 {
-		var ks []string
-		for _, k := range []string{"1", "2", "4", "8", "16", "32", "64"} {
-			if v, ok := s.PassAtK[k]; ok {
-				ks = append(ks, fmt.Sprintf("pass@%s %.3f", k, v))
-			}
-		}
-		fmt.Fprintln(w, strings.Join(ks, ", "))
+		fmt.Fprintln(w, passAtK(s.PassAtK, ""))
 	}
 	if s.Tampered > 0 {
 		fmt.Fprintf(w, "tampered: %d (scored at reward 0; the paths are in each rollout's record)\n", s.Tampered)
+	}
+	if s.Disagreements > 0 {
+		fmt.Fprintf(w, "reward file and tests disagree: %d (the reward file decides, as in Harbor; each rollout's disagreement says how)\n", s.Disagreements)
 	}
 	if s.Scored < s.Rollouts {
 		fmt.Fprintf(w, "not scored: %v\n", s.Outcomes)

@@ -129,10 +129,14 @@ type RolloutResult struct {
 	// HarborRewards is every value of the reward file, Harbor's
 	// verifier_result.rewards; HarborReward is its "reward" or only value
 	// (nil for several named ones without a "reward").
-	HarborRewards   map[string]float64 `json:"harbor_rewards,omitempty"`
-	Turns           int                `json:"turns"`
-	DurationSec     float64            `json:"duration_s"`
-	SandboxAttempts int                `json:"sandbox_attempts"`
+	HarborRewards map[string]float64 `json:"harbor_rewards,omitempty"`
+	// Disagreement says how the reward file and the tests' own results
+	// (CTRF/JUnit) differ on resolution when they do; the reward file
+	// decided, as in Harbor (activities.VerifyResult.Disagreement).
+	Disagreement    string  `json:"disagreement,omitempty"`
+	Turns           int     `json:"turns"`
+	DurationSec     float64 `json:"duration_s"`
+	SandboxAttempts int     `json:"sandbox_attempts"`
 	// LostTurns counts agent turns lost to a worker that died mid-turn: each
 	// one started the episode over in a fresh sandbox (errs.TurnLost).
 	LostTurns int        `json:"lost_turns,omitempty"`
@@ -239,7 +243,10 @@ type Summary struct {
 	Outcomes      map[string]int     `json:"outcomes"`
 	// Tampered counts scored rollouts whose verification was refused for
 	// tampering (in Scored, at reward 0).
-	Tampered       int              `json:"tampered"`
+	Tampered int `json:"tampered"`
+	// Disagreements counts scored rollouts whose reward file and tests
+	// disagreed on resolution (RolloutResult.Disagreement).
+	Disagreements  int              `json:"disagreements,omitempty"`
 	AgentEnds      map[string]int   `json:"agent_ends"`
 	ByCategory     map[string]Group `json:"by_category"`
 	ByDifficulty   map[string]Group `json:"by_difficulty"`

@@ -401,6 +401,7 @@ func (r *rollout) verify(ctx workflow.Context, cs activities.CreateSandboxResult
 		// Harbor's reward file decides resolution; skipped tests do not fail
 		// a run (activities.ParseResults).
 		res.Resolved, res.HarborReward, res.HarborRewards = vr.HarborResolved(), vr.Reward, vr.Rewards
+		res.Disagreement = vr.Disagreement
 	}
 	res.Error = ""
 	res.Outcome = OutcomeUnresolved

@@ -134,7 +134,8 @@ func TestHarborRewardDecidesResolution(t *testing.T) {
 		vr       activities.VerifyResult
 		resolved bool
 	}{
-		"partial reward.txt": {activities.VerifyResult{Passed: 2, Total: 2, Reward: &half, RewardFile: "reward.txt"}, false},
+		"partial reward.txt": {activities.VerifyResult{Passed: 2, Total: 2, Reward: &half, RewardFile: "reward.txt",
+			Disagreement: "reward.txt says reward 0.5, ctrf says 2 passed, 0 skipped of 2: the reward file decides"}, false},
 		"skipped test": {activities.VerifyResult{Passed: 1, Total: 2, Assertions: []activities.Assertion{
 			{Name: "a", Status: activities.StatusPassed}, {Name: "b", Status: activities.StatusSkipped}}}, true},
 	} {
@@ -145,6 +146,10 @@ func TestHarborRewardDecidesResolution(t *testing.T) {
 		res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
 		if res.Resolved != c.resolved || (c.vr.Reward != nil) != (res.HarborReward != nil) {
 			t.Errorf("%s: resolved %v (want %v), harbor reward %v", name, res.Resolved, c.resolved, res.HarborReward)
+		}
+		// The verifier's disagreement reaches the result (tables, the UI).
+		if res.Disagreement != c.vr.Disagreement {
+			t.Errorf("%s: disagreement %q, the verifier said %q", name, res.Disagreement, c.vr.Disagreement)
 		}
 	}
 }
@@ -347,9 +352,10 @@ func TestEvalSweepSlidingWindow(t *testing.T) {
 func TestSummarizeCountsUnscoredApart(t *testing.T) {
 	s := Summarize([]RolloutResult{
 		{Outcome: OutcomeResolved, Scored: true, Resolved: true, Reward: 0.25, Category: "a", Difficulty: "easy", Turns: 2},
-		{Outcome: OutcomeUnresolved, Scored: true, Reward: 0.05, Category: "a", Difficulty: "hard", Turns: 4},
+		{Outcome: OutcomeUnresolved, Scored: true, Reward: 0.05, Category: "a", Difficulty: "hard", Turns: 4, Disagreement: "reward.txt says 0"},
 		{Outcome: OutcomeInfraError, Category: "b", SandboxAttempts: 3},
 	})
+	require.Equal(t, 1, s.Disagreements)
 	require.Equal(t, 3, s.Rollouts)
 	require.Equal(t, 2, s.Scored)
 	// The headline rate counts the unscored one as 0 (Harbor's); the rate

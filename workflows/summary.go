@@ -34,6 +34,9 @@ func Summarize(rs []RolloutResult) Summary {
 		if r.Outcome == OutcomeTampered {
 			s.Tampered++
 		}
+		if r.Scored && r.Disagreement != "" {
+			s.Disagreements++
+		}
 		if r.AgentEnd != "" {
 			s.AgentEnds[r.AgentEnd]++
 		}
