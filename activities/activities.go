@@ -68,6 +68,23 @@ type Activities struct {
 	pools     map[string]*inference.Pool
 }
 
+// agentUser is who the agent phase runs as, as Harbor runs it: the task's
+// agent.user, else the image's USER (sandbox.ImageUser); "" is root.
+func (a *Activities) agentUser(ctx context.Context, in TurnInput) (string, error) {
+	t, err := a.fetchTask(ctx, in.Task)
+	if err != nil {
+		return "", err
+	}
+	if t.Config.AgentUser != "" {
+		return t.Config.AgentUser, nil
+	}
+	u, err := a.Docker.SandboxImageUser(ctx, in.Sandbox.ContainerID)
+	if err != nil {
+		return "", sandboxErr(err, "inspect %s", in.Sandbox.Name)
+	}
+	return u, nil
+}
+
 func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, error) {
 	t, err := task.Fetch(ctx, a.Store, ref, a.TaskCache)
 	if err != nil {
@@ -194,7 +211,7 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 	res := TurnResult{Turn: in.Turn}
 	cmd := in.Agent.NextCommand(in.Turn)
 	var env []string
-	user := "" // the image's USER
+	var user string // agentUser's
 	switch in.Agent.Kind {
 	case AgentNop:
 		res.Done = true
@@ -221,13 +238,20 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 			}
 		}
 		res.Final = true
-		env, user = solutionEnv(t.Config.SolutionEnv), t.Config.AgentUser
+		env = solutionEnv(t.Config.SolutionEnv)
+		if user, err = a.agentUser(ctx, in); err != nil {
+			return res, err
+		}
 	case AgentPolicy, AgentChat:
 		return a.modelTurn(ctx, in)
 	case AgentScripted:
 		if in.Turn >= len(in.Agent.Commands) {
 			res.Done = true
 			return res, nil
+		}
+		var err error
+		if user, err = a.agentUser(ctx, in); err != nil {
+			return res, err
 		}
 		res.Final = in.Turn == len(in.Agent.Commands)-1
 	default:

@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -87,8 +88,9 @@ func splitPane(out string) (int64, string, error) {
 }
 
 // terminalStep runs keystrokes (if any) and returns the pane output since
-// offset; starting (if set) runs before anything is sent.
-func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cmds []harness.Keys, offset int64, budget time.Duration, starting func() error) (string, int64, error) {
+// offset; starting (if set) runs before anything is sent. It runs as user
+// (the task's agent.user), root when that is "".
+func (a *Activities) terminalStep(ctx context.Context, id, user string, setup bool, cmds []harness.Keys, offset int64, budget time.Duration, starting func() error) (string, int64, error) {
 	var script strings.Builder
 	if setup {
 		script.WriteString(tmuxSetup() + "\n")
@@ -97,7 +99,7 @@ func (a *Activities) terminalStep(ctx context.Context, id string, setup bool, cm
 	script.WriteString(readPane(offset))
 	// The raw output is capped later; allow enough here to find the marker.
 	res, err := a.Docker.Exec(ctx, id, script.String(), sandbox.ExecOptions{
-		Timeout: budget + 30*time.Second, User: "root", HeadCap: 1 << 10, TailCap: 64 << 10,
+		Timeout: budget + 30*time.Second, User: cmp.Or(user, "root"), HeadCap: 1 << 10, TailCap: 64 << 10,
 		Progress: func() { heartbeat.Record(ctx, "terminal") },
 		Starting: starting,
 	})
@@ -248,7 +250,13 @@ func (a *Activities) act(ctx context.Context, in TurnInput, seg *segment, reply 
 	if len(cmds) > 0 {
 		starting = a.journalStart(in, strings.Join(summary, " ; "))
 	}
-	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, false, cmds, from, time.Duration(in.TimeoutSec*float64(time.Second)), starting)
+	// As openEpisode started the terminal: agent.user, else root.
+	t, err := a.fetchTask(ctx, in.Task)
+	if err != nil {
+		return "", 0, err
+	}
+	user := t.Config.AgentUser
+	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, user, false, cmds, from, time.Duration(in.TimeoutSec*float64(time.Second)), starting)
 	if err != nil {
 		return "", 0, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
 	}

@@ -16,8 +16,8 @@ import (
 )
 
 // The Terminus-2 terminal, as Harbor's TmuxSession drives it: a tmux session
-// named terminus-2 running `bash --login` as the task's agent user (the
-// image's user), keystrokes sent with `tmux send-keys` without -l (so "C-c",
+// named terminus-2 running `bash --login` as the task's agent.user (else the
+// image's USER: agentUser), keystrokes sent with `tmux send-keys` without -l (so "C-c",
 // "Escape", "Enter" are keys and other text is typed as it is), each
 // command's duration waited out, and the observation read from the rendered
 // screen: the scrollback (capture-pane -S -) after the last capture, or the
@@ -122,7 +122,8 @@ func splitT2(out string) (prev *string, current, visible string, err error) {
 
 // t2Step (setup: first starts the session) sends cmds and returns the
 // incremental output. starting runs before anything is sent.
-func (a *Activities) t2Step(ctx context.Context, s *harness.Spec, id string, setup bool, cmds []harness.Keys, budget time.Duration, starting func() error) (string, int64, error) {
+// user is agentUser's answer ("" for root), as Harbor runs the terminal.
+func (a *Activities) t2Step(ctx context.Context, s *harness.Spec, id, user string, setup bool, cmds []harness.Keys, budget time.Duration, starting func() error) (string, int64, error) {
 	var script strings.Builder
 	if setup {
 		script.WriteString(t2Setup(s))
@@ -130,7 +131,7 @@ func (a *Activities) t2Step(ctx context.Context, s *harness.Spec, id string, set
 	script.WriteString(t2Keys(cmds, budget))
 	script.WriteString(t2Read())
 	res, err := a.Docker.Exec(ctx, id, script.String(), sandbox.ExecOptions{
-		Timeout: budget + 30*time.Second, HeadCap: 32 << 20, TailCap: 1 << 20,
+		Timeout: budget + 30*time.Second, HeadCap: 32 << 20, TailCap: 1 << 20, User: user,
 		Progress: func() { heartbeat.Record(ctx, "terminal") },
 		Starting: starting,
 	})
@@ -158,7 +159,11 @@ func (a *Activities) t2Open(ctx context.Context, in TurnInput, instruction strin
 	if err != nil {
 		return "", err
 	}
-	incr, _, err := a.t2Step(ctx, s, in.Sandbox.ContainerID, true, nil, 0, nil)
+	user, err := a.agentUser(ctx, in)
+	if err != nil {
+		return "", err
+	}
+	incr, _, err := a.t2Step(ctx, s, in.Sandbox.ContainerID, user, true, nil, 0, nil)
 	if err != nil {
 		return "", sandboxErr(err, "start the terminal in %s", in.Sandbox.Name)
 	}
@@ -195,8 +200,12 @@ func (a *Activities) t2Act(ctx context.Context, in TurnInput, seg *segment, repl
 	if len(p.Commands) > 0 {
 		starting = a.journalStart(in, seg.Result.Command)
 	}
+	user, err := a.agentUser(ctx, in)
+	if err != nil {
+		return "", 0, err
+	}
 	tTerm := time.Now()
-	incr, n, err := a.t2Step(ctx, s, in.Sandbox.ContainerID, false, p.Commands, time.Duration(in.TimeoutSec*float64(time.Second)), starting)
+	incr, n, err := a.t2Step(ctx, s, in.Sandbox.ContainerID, user, false, p.Commands, time.Duration(in.TimeoutSec*float64(time.Second)), starting)
 	if err != nil {
 		return "", 0, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)
 	}
@@ -216,8 +225,12 @@ func (a *Activities) t2Act(ctx context.Context, in TurnInput, seg *segment, repl
 // t2Screen is the visible screen, as Harbor's capture_pane() reads it for
 // the handoff's question request (no keys sent, the diff left alone).
 func (a *Activities) t2Screen(ctx context.Context, in TurnInput) (string, error) {
+	user, err := a.agentUser(ctx, in)
+	if err != nil {
+		return "", err
+	}
 	res, err := a.Docker.Exec(ctx, in.Sandbox.ContainerID, fmt.Sprintf("tmux capture-pane -p -t %s", t2Session), sandbox.ExecOptions{
-		Timeout: 30 * time.Second, HeadCap: 1 << 20, TailCap: 1 << 20,
+		Timeout: 30 * time.Second, HeadCap: 1 << 20, TailCap: 1 << 20, User: user,
 	})
 	switch {
 	case err != nil:

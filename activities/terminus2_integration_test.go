@@ -81,7 +81,7 @@ func TestTerminus2TerminalMatchesHarbor(t *testing.T) {
 		if i >= 0 {
 			cmds = steps[i]
 		}
-		obs, err := a.T2Step(ctx, spec, id, i < 0, cmds, time.Minute)
+		obs, err := a.T2Step(ctx, spec, id, "", i < 0, cmds, time.Minute)
 		if err != nil {
 			t.Fatalf("step %d: %v", i+1, err)
 		}
@@ -102,5 +102,23 @@ func TestTerminus2TerminalMatchesHarbor(t *testing.T) {
 	}
 	if !strings.HasPrefix(got[0], spec.ScreenLabel) || !strings.HasPrefix(got[1], spec.NewOutputLabel) {
 		t.Errorf("first observations %q, %q: want the screen, then new output", got[0], got[1])
+	}
+
+	// agent.user: the terminal (the login shell in its tmux session) runs
+	// as that user, as Harbor's agent phase does; the image's user
+	// (root here) is not who types.
+	// A sandbox has one agent user: root's terminal and its capture file go.
+	if res, err := d.Exec(ctx, id, "tmux kill-server; rm -f /tmp/.t1flow-terminus2.capture; useradd -m -u 1700 t2agent", sandbox.ExecOptions{Timeout: 30 * time.Second}); err != nil || res.ExitCode != 0 {
+		t.Fatal(err, res.Output)
+	}
+	if _, err := a.T2Step(ctx, spec, id, "t2agent", true, nil, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	obs, err := a.T2Step(ctx, spec, id, "t2agent", false, []harness.Keys{k("echo who=$(id -un) uid=$(id -u) home=$HOME\n", 0.5)}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(obs, "who=t2agent uid=1700 home=/home/t2agent") {
+		t.Errorf("agent.user t2agent: the terminal's shell said %q", obs)
 	}
 }

@@ -118,10 +118,11 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if timeout <= 0 {
 		timeout = t.Config.VerifierTimeoutSec
 	}
+	user := sandbox.VerifierUser(t.Config.VerifierUser, sandbox.ImageUser(ins))
 	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, envList(t.Config.VerifierEnv),
-		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")))
+		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")), user)
 	vr.DroppedEnv = dropped
-	er, channel, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, cmd, time.Duration(timeout*float64(time.Second)))
+	er, channel, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, user, cmd, time.Duration(timeout*float64(time.Second)))
 	if err != nil {
 		return VerifyResult{}, err
 	}
@@ -240,10 +241,10 @@ func (a *Activities) freezeForLive(ctx context.Context, ins container.InspectRes
 
 // runSealed copies the task's tests into a fresh staging directory and runs
 // ToolchainRunCmd: in one exec, the verifier's places are emptied, the tests
-// moved to /tests and test.sh run sealed (cmd). A run that never said it was
+// moved to /tests and test.sh run sealed (cmd) as user. A run that never said it was
 // ready did not start test.sh: what /logs/verifier holds then is not its.
 // The rest of the exec's stdout is the runner's report channel.
-func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir string, cmd []string, timeout time.Duration) (sandbox.ExecResult, sandbox.RunnerChannel, error) {
+func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir, user string, cmd []string, timeout time.Duration) (sandbox.ExecResult, sandbox.RunnerChannel, error) {
 	id := in.Sandbox.ContainerID
 	end := steptime.Start(ctx, StepCopyTests)
 	stage := sandbox.ToolchainStage()
@@ -258,7 +259,7 @@ func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task
 	}
 	defer steptime.Start(ctx, StepTestSh)()
 	stdout := sandbox.NewCappedBuffer(MaxChannelBytes, 0)
-	er, err := a.sealedExec(ctx, id, sandbox.ToolchainRunCmd(VerifierDir, stage, workDir, cmd), "/", timeout, "verifying", stdout)
+	er, err := a.sealedExec(ctx, id, sandbox.ToolchainRunCmd(VerifierDir, stage, workDir, user, cmd), "/", timeout, "verifying", stdout)
 	if err != nil {
 		return er, sandbox.RunnerChannel{}, sandboxErr(err, "run tests/test.sh in %s", in.Sandbox.Name)
 	}

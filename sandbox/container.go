@@ -34,7 +34,36 @@ const (
 	// LabelDiskWatch holds storage_mb when the daemon cannot enforce it and
 	// the sandbox host polls the writable layer instead (DiskWatch).
 	LabelDiskWatch = "t1flow.disk-watch-mb"
+	// LabelImageUser is the image's USER ("" for root). The sandbox itself
+	// runs as root whatever the image says: Docker gives an exec the
+	// capabilities of the container's user, so in a container of a non-root
+	// USER even `exec -u root` has none (the verifier could not kill the
+	// agent's processes or take on verifier.user). Who the agent and the
+	// verifier run as is then named on each exec (ImageUser).
+	LabelImageUser = "t1flow.image-user"
 )
+
+// ImageUser is the USER of a sandbox's image ("" for root), as Harbor's
+// phases default to it: from LabelImageUser, else (a sandbox started before
+// the label, which runs as its image's user) the container's own user.
+func ImageUser(ins container.InspectResponse) string {
+	if ins.Config == nil {
+		return ""
+	}
+	if u, ok := ins.Config.Labels[LabelImageUser]; ok {
+		return u
+	}
+	return ins.Config.User
+}
+
+// SandboxImageUser is ImageUser of the sandbox id.
+func (d *Docker) SandboxImageUser(ctx context.Context, id string) (string, error) {
+	ins, err := d.Client.ContainerInspect(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return ImageUser(ins), nil
+}
 
 // keepalive is PID 1 of every sandbox: bash ignores signals sent from inside
 // the container (PID 1 is immune to SIGKILL there), reaps orphans, and lets the
@@ -132,12 +161,23 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []
 	for k, v := range labels {
 		all[k] = v
 	}
+	ii, err := d.Client.ImageInspect(ctx, img)
+	if err != nil {
+		if errdefs.IsNotFound(err) {
+			d.present.Delete(img) // removed behind our back: the retry rebuilds it
+		}
+		return "", errs.Infraf("docker image inspect %s: %v", img, err)
+	}
+	if ii.Config != nil {
+		all[LabelImageUser] = ii.Config.User
+	}
 	hc := hostConfig(lim)
 	if err := d.sealAndBound(ctx, img, lim, hc, all); err != nil {
 		return "", err
 	}
 	resp, err := d.Client.ContainerCreate(ctx, &container.Config{
 		Image:      img,
+		User:       "0", // LabelImageUser says why
 		Env:        env,
 		Cmd:        keepalive,
 		Labels:     all,

@@ -69,6 +69,7 @@ var toolchainCommands = []string{
 	"tee", "touch", "chmod", "stat", "readlink", "realpath", "dirname", "basename",
 	"date", "sleep", "true", "false", "id", "whoami", "seq", "md5sum", "sha256sum",
 	"mktemp", "grep", "sed", "gawk", "find", "xargs", "diff", "cmp", "curl",
+	"setpriv", "chown", // test.sh as the verifier's user, who owns its places (ToolchainRunCmd)
 }
 
 // toolchainExportScript runs once in a throwaway container of the base image

@@ -70,7 +70,7 @@ func TestTamperDiffFlagsOnlyWhatReachesTheVerifier(t *testing.T) {
 func TestToolchainVerifyCmdIsClean(t *testing.T) {
 	img := []string{"PATH=/opt/app/bin:/usr/bin:/bin", "LD_PRELOAD=/x.so", "PYTHONPATH=/app", "PYTHONSTARTUP=/x", "BASH_ENV=/x",
 		"HOME=/root", "LANG=C.UTF-8", "APP_MODE=test", "UV_INDEX_URL=http://evil", "PYTEST_ADDOPTS=-p evil"}
-	cmd, dropped := sandbox.ToolchainVerifyCmd(img, []string{"TARGET=/app/out", "LD_LIBRARY_PATH=/x"}, 90*time.Second, "/tests/pytest.ini")
+	cmd, dropped := sandbox.ToolchainVerifyCmd(img, []string{"TARGET=/app/out", "LD_LIBRARY_PATH=/x"}, 90*time.Second, "/tests/pytest.ini", "")
 	m := sandbox.ToolchainMount
 	if cmd[0] != m+"/bin/env" || cmd[1] != "-i" || cmd[len(cmd)-1] != "/tests/test.sh" {
 		t.Fatalf("cmd %q", cmd)
@@ -90,8 +90,8 @@ func TestToolchainVerifyCmdIsClean(t *testing.T) {
 	if len(dropped) != 8 {
 		t.Errorf("dropped %v", dropped)
 	}
-	run := sandbox.ToolchainRunCmd("/logs/verifier", sandbox.ToolchainStage(), "/app", cmd)
-	for i, c := range append(append(sandbox.ToolchainKillCmd(), sandbox.ToolchainSurveyCmd()...), run[:len(run)-len(cmd)-1]...) {
+	run := sandbox.ToolchainRunCmd("/logs/verifier", sandbox.ToolchainStage(), "/app", "", cmd)
+	for i, c := range append(append(sandbox.ToolchainKillCmd(), sandbox.ToolchainSurveyCmd()...), run[:len(run)-len(cmd)-2]...) {
 		if strings.HasPrefix(c, "/") && !strings.HasPrefix(c, m+"/") {
 			t.Errorf("the kill or prepare step runs %s from the container (argument %d)", c, i)
 		}
@@ -363,9 +363,9 @@ func (r *rig) verify(id, taskDir string) verdict {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	cmd, _ := sandbox.ToolchainVerifyCmd(ins.Config.Env, nil, 2*time.Minute, sandbox.ToolchainPytestIni(filepath.Join(taskDir, "tests")))
+	cmd, _ := sandbox.ToolchainVerifyCmd(ins.Config.Env, nil, 2*time.Minute, sandbox.ToolchainPytestIni(filepath.Join(taskDir, "tests")), "")
 	var ready, out bytes.Buffer
-	code := r.execTo(id, sandbox.ToolchainRunCmd("/logs/verifier", stage, ins.Config.WorkingDir, cmd), sandbox.ToolchainExecEnv, "/", &ready, &out)
+	code := r.execTo(id, sandbox.ToolchainRunCmd("/logs/verifier", stage, ins.Config.WorkingDir, "", cmd), sandbox.ToolchainExecEnv, "/", &ready, &out)
 	first, channel, _ := strings.Cut(ready.String(), "\n")
 	if first != sandbox.ToolchainReady {
 		r.t.Fatalf("the verifier never got ready: exit %d, stdout %q, stderr:\n%s", code, ready.String(), out.String())

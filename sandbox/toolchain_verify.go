@@ -100,15 +100,48 @@ const ToolchainReady = "t1flow-verifier-ready"
 // comes first: without it the preparation failed, and the results
 // directory may still hold what the agent left. Run it as root, with Env ToolchainExecEnv,
 // in /.
-func ToolchainRunCmd(verifierDir, stage, workDir string, verify []string) []string {
+//
+// user (VerifierUser's answer, "" for root) is who runs test.sh, as Harbor's
+// docker exec -u would: the toolchain's setpriv takes on its UID, primary
+// group and supplementary groups (by the sandbox's /etc/passwd and
+// /etc/group; a bare UID with no entry gets group 0 and none), and the
+// verifier's places (emptied and made afresh just before) are given to it.
+// A user the sandbox does not know ends the run after the ready line with
+// exit 4 and says so on stderr: no results, so a VerifierError that names it.
+func ToolchainRunCmd(verifierDir, stage, workDir, user string, verify []string) []string {
 	if workDir == "" {
 		workDir = "/"
 	}
+	places := verifierDir + ` ` + ToolchainRunDir + ` ` + ToolchainRunDir + `/uv-cache`
 	script := `kill -9 -1 2>/dev/null; ` +
 		`rm -rf /tests ` + verifierDir + ` ` + ToolchainRunDir + ` && mkdir -p ` + verifierDir + ` ` + ToolchainRunDir + `/uv-cache && ` +
-		`mv ` + stage + ` /tests && cd -- "$1" || exit 1; shift; ` +
-		`echo ` + ToolchainReady + ` && exec "$@" ` + strconv.Itoa(ToolchainChannelFD) + `>&1 >&2`
-	return append(append(toolchainSh(script), workDir), verify...)
+		`mv ` + stage + ` /tests && cd -- "$1" || exit 1; u=$2; shift 2; ` +
+		`echo ` + ToolchainReady + ` || exit 1; ` +
+		`if [ -n "$u" ]; then ` +
+		`n=${u%%:*}; g=; [ "$n" = "$u" ] || g=${u#*:}; ` +
+		`if id -u -- "$n" >/dev/null 2>&1; then gs=--init-groups; [ -n "$g" ] || g=$(id -g -- "$n"); ` +
+		`elif [[ $n =~ ^[0-9]+$ ]]; then gs=--clear-groups; [ -n "$g" ] || g=0; ` +
+		`else echo "t1flow: the verifier's user $n (verifier.user, else the image's USER) is not in the sandbox's /etc/passwd: tests/test.sh did not run" >&2; exit 4; fi; ` +
+		`chown -- "$n:$g" ` + places + ` || exit 1; ` +
+		`set -- setpriv --reuid="$n" --regid="$g" "$gs" -- "$@"; fi; ` +
+		`exec "$@" ` + strconv.Itoa(ToolchainChannelFD) + `>&1 >&2`
+	return append(append(toolchainSh(script), workDir, user), verify...)
+}
+
+// VerifierUser is who runs tests/test.sh, as Harbor picks it: the task's
+// verifier.user, else the image's USER (ImageUser), else root; "" for root,
+// by name or UID.
+func VerifierUser(taskUser, imageUser string) string {
+	u := taskUser
+	if u == "" {
+		u = imageUser
+	}
+	if name, _, _ := strings.Cut(u, ":"); name == "root" || name == "0" {
+		// root's own group (u = "0:0", "root") or another (rare): root
+		// either way, with the group Docker would give it ignored.
+		return ""
+	}
+	return u
 }
 
 // toolchainSh is the toolchain's bash running script with nothing inherited
@@ -156,7 +189,9 @@ const ToolchainResultsDir = "/logs/verifier"
 // the task's verifier.env as KEY=VALUE; variables that could redirect an
 // interpreter, loader or shell are dropped from both and returned, so the
 // caller can say so. ini is ToolchainPytestIni's answer.
-func ToolchainVerifyCmd(imageEnv, verifierEnv []string, timeout time.Duration, ini string) (cmd []string, dropped []string) {
+//
+// user is VerifierUser's answer: USER and LOGNAME name it ("" is root).
+func ToolchainVerifyCmd(imageEnv, verifierEnv []string, timeout time.Duration, ini, user string) (cmd []string, dropped []string) {
 	env := []string{}
 	for _, kv := range append(append([]string{}, imageEnv...), verifierEnv...) {
 		if toolchainDropVar(kv) {
@@ -174,10 +209,14 @@ func ToolchainVerifyCmd(imageEnv, verifierEnv []string, timeout time.Duration, i
 		}
 	}
 	m := ToolchainMount
+	name, _, _ := strings.Cut(user, ":")
+	if name == "" {
+		name = "root"
+	}
 	env = append(env,
 		"PATH="+m+"/bin:"+imagePath,
 		"HOME="+m+"/home",
-		"USER=root", "LOGNAME=root",
+		"USER="+name, "LOGNAME="+name,
 		"PYTHONNOUSERSITE=1",
 		"PYTHONPATH="+m+"/plugins",
 		"PYTEST_ADDOPTS=-c "+ini+" --rootdir=/tests --confcutdir=/tests -p no:cacheprovider -p t1flow_mark",

@@ -153,6 +153,7 @@ func (d *Docker) StartLiveVerifier(ctx context.Context, ins container.InspectRes
 	}
 	resp, err := d.Client.ContainerCreate(ctx, &container.Config{
 		Image:      snap.ID,
+		User:       "0", // as the sandbox (LabelImageUser)
 		Cmd:        keepalive,
 		Labels:     labels,
 		WorkingDir: ins.Config.WorkingDir,

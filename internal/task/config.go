@@ -63,9 +63,9 @@ type Config struct {
 	// Dockerfile, the image through the base map.
 	DockerImage string
 	// Workdir (environment.workdir) replaces the image's WORKDIR for every
-	// phase; AgentUser (agent.user) runs the oracle's and scripted agents'
-	// commands; VerifierUser (verifier.user) is read but the sealed verifier
-	// runs as root (docs/task-format.md).
+	// phase; AgentUser (agent.user) runs the agent's terminal and the
+	// oracle's and scripted agents' commands; VerifierUser (verifier.user)
+	// runs tests/test.sh (sandbox.VerifierUser: else the image's USER).
 	Workdir      string
 	AgentUser    string
 	VerifierUser string
@@ -162,10 +162,8 @@ var unsupportedKeys = map[string]string{
 	"environment.skills_dir":    "skills are not copied for the agent",
 	"environment.network_mode":  "only allow_internet is honoured (true: a bridge network, else none)",
 	"environment.allowed_hosts": "no allowlist: the sandbox has no network unless allow_internet = true",
-	"agent.user":                "model agents' terminal runs as root; the oracle and scripted commands run as agent.user",
 	"agent.network_mode":        "the network is the environment's for every phase",
 	"agent.allowed_hosts":       "the network is the environment's for every phase",
-	"verifier.user":             "the sealed verifier runs as root",
 	"verifier.network_mode":     "the sealed verifier runs with the environment's network",
 	"verifier.allowed_hosts":    "the sealed verifier runs with the environment's network",
 }

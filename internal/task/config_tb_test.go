@@ -30,7 +30,7 @@ user = "nobody"
 		t.Errorf("artifacts: %+v", cfg.Artifacts)
 	}
 	all := strings.Join(warns, "\n")
-	for _, w := range []string{"environment.mcp_servers is not supported", "verifier.user is not supported", "environment.env.B reads ${B:-two}"} {
+	for _, w := range []string{"environment.mcp_servers is not supported", "environment.env.B reads ${B:-two}"} {
 		if !strings.Contains(all, w) {
 			t.Errorf("no warning %q in:\n%s", w, all)
 		}
