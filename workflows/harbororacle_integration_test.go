@@ -1,7 +1,9 @@
 package workflows_test
 
 import (
+	"archive/tar"
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,10 +17,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/docker/docker/api/types/build"
 	"github.com/docker/docker/api/types/image"
+	"github.com/docker/docker/pkg/jsonmessage"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/harness/harbor"
+	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
 	"github.com/t1flow/t1flow/workflows"
@@ -30,32 +35,16 @@ import (
 // that cause and no other.
 type harborDivergence struct{ why, marker string }
 
-// tb2Offline: Terminal-Bench 2's test.sh downloads uv from astral.sh, which
-// no container here resolves (curl is in t1flow's bases already; in Harbor's
-// compose network even apt-get update failed to resolve Debian's mirror), so
-// uvx is never installed and test.sh writes reward 0 without running a test.
-// t1flow's sealed verifier runs the same test.sh offline with its own uv and
-// wheelhouse (docs/verification.md).
-var tb2Offline = harborDivergence{
-	why:    "offline: test.sh downloads uv from astral.sh (curl: (6)), so uvx is not found and pytest never runs; Harbor writes 0",
-	marker: "uvx: command not found",
-}
-
 // harborOracleDivergences are the measured divergences (docs/task-format.md,
 // "Proof tasks"). Every other task must get the same reward from both.
 var harborOracleDivergences = map[string]harborDivergence{
-	"pip-install":           tb2Offline,
-	"py313-features":        tb2Offline,
-	"service-from-solution": tb2Offline,
-	"skipped-tests":         tb2Offline,
-	"uvx-python-313-on-311": tb2Offline,
-	// test.sh runs `python3 -m pytest --ctrf` on the image's Python: the
-	// python:3.11-slim image has no pytest, t1flow's python-bookworm base has
-	// Debian's without pytest-json-ctrf, so no ctrf.json and no reward.txt
-	// (RewardFileNotFoundError); t1flow's sealed verifier brings both.
-	"partial-reward-txt": {
-		why:    "test.sh runs the image's pytest with --ctrf; the image lacks pytest-json-ctrf (python:3.11-slim has no pytest at all), so Harbor finds no reward file; t1flow's sealed verifier supplies both",
-		marker: "unrecognized arguments: --ctrf",
+	// Harbor's uv would download Python 3.13 for `uvx -p 3.13`; offline it
+	// finds only the image's 3.11 (tagBases turns downloads off), so pytest
+	// never runs and test.sh writes 0. t1flow's sealed verifier runs the
+	// tests on its trixie toolchain's 3.13 (docs/verification.md).
+	"uvx-python-313-on-311": {
+		why:    "offline: Harbor's uv cannot download the Python 3.13 that `uvx -p 3.13` asks for on a python:3.11 image, so pytest never runs and test.sh writes 0",
+		marker: "No interpreter found for Python 3.13",
 	},
 }
 
@@ -202,10 +191,22 @@ func TestHarborOracleAgrees(t *testing.T) {
 
 var fromImage = regexp.MustCompile(`(?i)^\s*FROM\s+(?:--\S+\s+)*(\S+)`)
 
-// tagBases tags, under each FROM image the tasks' Dockerfiles name, the local
-// base t1flow maps it to (built first when missing), and returns the names
-// it tagged. A FROM image already on the daemon as another image is an error:
-// Harbor would build on it and not on t1flow's base.
+// harborOfflineLabel marks the images tagBases builds, so a later run may
+// replace them; any other image under a FROM name is refused.
+const harborOfflineLabel = "t1flow.harbor-offline"
+
+// tagBases builds, under each FROM image the tasks' Dockerfiles name, t1flow's
+// mapped base of it (built first when missing) with one thin layer that
+// stands in for what Terminal-Bench 2's test.sh downloads from astral.sh,
+// which nothing here can reach: uv 0.9.5 (the static build the sealed
+// toolchain unpacks from PyPI's wheel) in $HOME/.local/bin with the env file
+// its installer writes, and the toolchain's pinned wheels (pytest 8.4.1,
+// pytest-json-ctrf 0.3.5 and their dependencies) as uv's only source, with
+// Python downloads off: a `uvx -p X` then runs on the image's own Python X,
+// or fails where the image has none (Harbor's uv would download it). It
+// returns the names it tagged. A FROM image already on the daemon that
+// tagBases did not build is an error: Harbor would build on it and not on
+// t1flow's base.
 func tagBases(ctx context.Context, t *testing.T, d *sandbox.Docker, tasks string) []string {
 	t.Helper()
 	dockerfiles, err := filepath.Glob(filepath.Join(tasks, "*", "environment", "Dockerfile"))
@@ -237,23 +238,78 @@ func tagBases(ctx context.Context, t *testing.T, d *sandbox.Docker, tasks string
 		}
 		f.Close()
 	}
+	tc, err := sandbox.EnsureToolchain(ctx, d.Client, sandbox.BaseTag(task.BaseBookworm), testenv.StateDir())
+	if err != nil {
+		t.Fatalf("the verifier toolchain (its uv and wheels stand in for astral.sh): %v", err)
+	}
 	var tagged []string
 	for from, local := range want {
-		src, err := d.Client.ImageInspect(ctx, local)
-		if err != nil {
-			t.Fatalf("FROM %s maps to %s: %v", from, local, err)
-		}
-		if have, err := d.Client.ImageInspect(ctx, from); err == nil && have.ID != src.ID {
+		if have, err := d.Client.ImageInspect(ctx, from); err == nil && have.Config.Labels[harborOfflineLabel] == "" {
 			t.Fatalf("FROM %s: the daemon holds another image under that name (%s), which Harbor would build on instead of t1flow's %s", from, have.ID, local)
 		}
-		if err := d.Client.ImageTag(ctx, local, from); err != nil {
-			t.Fatalf("tag %s as %s: %v", local, from, err)
-		}
-		t.Logf("FROM %s: t1flow's %s", from, local)
+		buildOffline(ctx, t, d, tc.Dir, local, from)
+		t.Logf("FROM %s: t1flow's %s with uv and the pinned wheels", from, local)
 		tagged = append(tagged, from)
 	}
 	sort.Strings(tagged)
 	return tagged
+}
+
+// buildOffline builds tagBases' layer on local and tags it as name.
+func buildOffline(ctx context.Context, t *testing.T, d *sandbox.Docker, toolchain, local, name string) {
+	t.Helper()
+	const wheels = "/opt/t1flow-harbor-offline/wheels"
+	files := map[string]string{
+		"Dockerfile": "FROM " + local + "\n" +
+			"COPY uv uvx env /root/.local/bin/\n" +
+			"COPY wheels/ " + wheels + "/\n" +
+			"ENV UV_OFFLINE=1 UV_NO_INDEX=1 UV_FIND_LINKS=" + wheels + " UV_PYTHON_DOWNLOADS=never\n" +
+			"LABEL " + harborOfflineLabel + "=1\n",
+		// What astral.sh's installer writes, for `source $HOME/.local/bin/env`.
+		"env": "case \":${PATH}:\" in *:\"$HOME/.local/bin\":*) ;; *) export PATH=\"$HOME/.local/bin:$PATH\" ;; esac\n",
+		"uvx": "#!/bin/sh\nexec \"$(dirname \"$0\")/uv\" tool run \"$@\"\n",
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	add := func(name string, mode int64, b []byte) {
+		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: mode, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for n, body := range files {
+		add(n, 0o755, []byte(body))
+	}
+	uv, err := os.ReadFile(filepath.Join(toolchain, "libexec", "uv"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	add("uv", 0o755, uv)
+	whls, err := filepath.Glob(filepath.Join(toolchain, "wheels", "*.whl"))
+	if err != nil || len(whls) == 0 {
+		t.Fatalf("no wheels in %s/wheels (%v)", toolchain, err)
+	}
+	for _, w := range whls {
+		b, err := os.ReadFile(w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		add("wheels/"+filepath.Base(w), 0o644, b)
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := d.Client.ImageBuild(ctx, &buf, build.ImageBuildOptions{Tags: []string{name}, Remove: true, ForceRemove: true, Version: build.BuilderV1})
+	if err != nil {
+		t.Fatalf("build %s on %s: %v", name, local, err)
+	}
+	defer resp.Body.Close()
+	var out bytes.Buffer
+	if err := jsonmessage.DisplayJSONMessagesStream(resp.Body, &out, 0, false, nil); err != nil {
+		t.Fatalf("build %s on %s: %v\n%s", name, local, err, tail(out.Bytes(), 20))
+	}
 }
 
 // readHarborJob reads each trial of Harbor's job directory: its reward from
@@ -327,10 +383,10 @@ func TestHarborAgree(t *testing.T) {
 		{"reward-json", harborTrial{reward: f(0.6667)}, f(2.0 / 3), "yes", false},
 		{"reward-json", harborTrial{reward: f(2.0 / 3)}, f(1), "no", true},
 		{"reward-json", harborTrial{exception: "RewardFileNotFoundError"}, f(1), "no", true},
-		{"pip-install", harborTrial{reward: f(0), stdout: "bash: line 18: uvx: command not found"}, f(1), "no: " + tb2Offline.why, false},
-		{"pip-install", harborTrial{reward: f(0), stdout: "FAILED test_outputs.py::test_units"}, f(1), "no", true},
-		{"pip-install", harborTrial{reward: f(1)}, f(1), "yes", true},
-		{"partial-reward-txt", harborTrial{exception: "RewardFileNotFoundError", stdout: "error: unrecognized arguments: --ctrf"}, f(2.0 / 3), "no: " + harborOracleDivergences["partial-reward-txt"].why, false},
+		{"uvx-python-313-on-311", harborTrial{reward: f(0), stdout: "error: No interpreter found for Python 3.13 in virtual environments, managed installations, or search path"}, f(1), "no: " + harborOracleDivergences["uvx-python-313-on-311"].why, false},
+		{"uvx-python-313-on-311", harborTrial{reward: f(0), stdout: "FAILED test_outputs.py::test_replace"}, f(1), "no", true},
+		{"uvx-python-313-on-311", harborTrial{reward: f(1)}, f(1), "yes", true},
+		{"pip-install", harborTrial{reward: f(0), stdout: "error: No interpreter found for Python 3.13"}, f(1), "no", true},
 	}
 	for _, c := range cases {
 		agree, problem := harborAgree(c.name, c.h, c.t1)

@@ -1,9 +1,21 @@
 #!/bin/bash
-# A grader that scores each file on its own and writes the fraction right as
-# reward.txt (Harbor reads any float there); pytest's CTRF gives the
-# per-check results beside it.
-cd /tests
-python3 -m pytest --ctrf /logs/verifier/ctrf.json test_outputs.py -rA
+# Terminal-Bench 2's test.sh (uv from astral.sh, pytest 8.4.1 with the CTRF
+# plugin), but the reward is the fraction of checks right, read from pytest's
+# CTRF, and not pytest's exit: Harbor reads any float in reward.txt.
+
+apt-get update
+apt-get install -y curl
+
+curl -LsSf https://astral.sh/uv/0.9.5/install.sh | sh
+
+source $HOME/.local/bin/env
+
+uvx \
+  -p 3.11 \
+  -w pytest==8.4.1 \
+  -w pytest-json-ctrf==0.3.5 \
+  pytest --ctrf /logs/verifier/ctrf.json /tests/test_outputs.py -rA
+
 python3 - <<'PY'
 import json
 
