@@ -2,6 +2,7 @@ package activities
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -69,20 +70,24 @@ type Activities struct {
 }
 
 // agentUser is who the agent phase runs as, as Harbor runs it: the task's
-// agent.user, else the image's USER (sandbox.ImageUser); "" is root.
-func (a *Activities) agentUser(ctx context.Context, in TurnInput) (string, error) {
+// agent.user, else the image's USER (sandbox.ImageUser); "" is root. A
+// sandbox from before the image-user label (a rollout in flight across an
+// upgrade) runs as its image's user, so "" is that user there; its terminal
+// (terminal: a harness's tmux session) keeps running as it started, as
+// the container's user, whatever agent.user says: tmux's server is per user.
+func (a *Activities) agentUser(ctx context.Context, in TurnInput, terminal bool) (string, error) {
 	t, err := a.fetchTask(ctx, in.Task)
 	if err != nil {
 		return "", err
 	}
-	if t.Config.AgentUser != "" {
-		return t.Config.AgentUser, nil
-	}
-	u, err := a.Docker.SandboxImageUser(ctx, in.Sandbox.ContainerID)
+	u, labelled, err := a.Docker.SandboxImageUser(ctx, in.Sandbox.ContainerID)
 	if err != nil {
 		return "", sandboxErr(err, "inspect %s", in.Sandbox.Name)
 	}
-	return u, nil
+	if !labelled && terminal {
+		return "", nil
+	}
+	return cmp.Or(t.Config.AgentUser, u), nil
 }
 
 func (a *Activities) fetchTask(ctx context.Context, ref task.Ref) (*task.Task, error) {
@@ -239,7 +244,7 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 		}
 		res.Final = true
 		env = solutionEnv(t.Config.SolutionEnv)
-		if user, err = a.agentUser(ctx, in); err != nil {
+		if user, err = a.agentUser(ctx, in, false); err != nil {
 			return res, err
 		}
 	case AgentPolicy, AgentChat:
@@ -250,7 +255,7 @@ func (a *Activities) agentTurn(ctx context.Context, in TurnInput) (TurnResult, e
 			return res, nil
 		}
 		var err error
-		if user, err = a.agentUser(ctx, in); err != nil {
+		if user, err = a.agentUser(ctx, in, false); err != nil {
 			return res, err
 		}
 		res.Final = in.Turn == len(in.Agent.Commands)-1

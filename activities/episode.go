@@ -313,7 +313,11 @@ func (a *Activities) openEpisode(ctx context.Context, in TurnInput) (string, int
 		obs, err := a.t2Open(ctx, in, t.Instruction)
 		return obs, 0, err
 	}
-	out, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, t.Config.AgentUser, true, nil, 0, 0, nil)
+	user, err := a.agentUser(ctx, in, true)
+	if err != nil {
+		return "", 0, err
+	}
+	out, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, user, true, nil, 0, 0, nil)
 	if err != nil {
 		return "", 0, sandboxErr(err, "start the terminal in %s", in.Sandbox.Name)
 	}

@@ -89,7 +89,7 @@ func splitPane(out string) (int64, string, error) {
 
 // terminalStep runs keystrokes (if any) and returns the pane output since
 // offset; starting (if set) runs before anything is sent. It runs as user
-// (the task's agent.user), root when that is "".
+// (agentUser's answer for the terminal), root when that is "".
 func (a *Activities) terminalStep(ctx context.Context, id, user string, setup bool, cmds []harness.Keys, offset int64, budget time.Duration, starting func() error) (string, int64, error) {
 	var script strings.Builder
 	if setup {
@@ -250,12 +250,10 @@ func (a *Activities) act(ctx context.Context, in TurnInput, seg *segment, reply 
 	if len(cmds) > 0 {
 		starting = a.journalStart(in, strings.Join(summary, " ; "))
 	}
-	// As openEpisode started the terminal: agent.user, else root.
-	t, err := a.fetchTask(ctx, in.Task)
+	user, err := a.agentUser(ctx, in, true)
 	if err != nil {
 		return "", 0, err
 	}
-	user := t.Config.AgentUser
 	raw, off, err := a.terminalStep(ctx, in.Sandbox.ContainerID, user, false, cmds, from, time.Duration(in.TimeoutSec*float64(time.Second)), starting)
 	if err != nil {
 		return "", 0, sandboxErr(err, "turn %d in %s", in.Turn, in.Sandbox.Name)

@@ -159,7 +159,7 @@ func (a *Activities) t2Open(ctx context.Context, in TurnInput, instruction strin
 	if err != nil {
 		return "", err
 	}
-	user, err := a.agentUser(ctx, in)
+	user, err := a.agentUser(ctx, in, true)
 	if err != nil {
 		return "", err
 	}
@@ -200,7 +200,7 @@ func (a *Activities) t2Act(ctx context.Context, in TurnInput, seg *segment, repl
 	if len(p.Commands) > 0 {
 		starting = a.journalStart(in, seg.Result.Command)
 	}
-	user, err := a.agentUser(ctx, in)
+	user, err := a.agentUser(ctx, in, true)
 	if err != nil {
 		return "", 0, err
 	}
@@ -225,7 +225,7 @@ func (a *Activities) t2Act(ctx context.Context, in TurnInput, seg *segment, repl
 // t2Screen is the visible screen, as Harbor's capture_pane() reads it for
 // the handoff's question request (no keys sent, the diff left alone).
 func (a *Activities) t2Screen(ctx context.Context, in TurnInput) (string, error) {
-	user, err := a.agentUser(ctx, in)
+	user, err := a.agentUser(ctx, in, true)
 	if err != nil {
 		return "", err
 	}

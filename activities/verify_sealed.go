@@ -118,7 +118,10 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if timeout <= 0 {
 		timeout = t.Config.VerifierTimeoutSec
 	}
-	user := sandbox.VerifierUser(t.Config.VerifierUser, sandbox.ImageUser(ins))
+	var user string // root, for a sandbox from before the image-user label
+	if img, ok := sandbox.ImageUser(ins); ok {
+		user = sandbox.VerifierUser(t.Config.VerifierUser, img)
+	}
 	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, envList(t.Config.VerifierEnv),
 		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")), user)
 	vr.DroppedEnv = dropped

@@ -44,25 +44,27 @@ const (
 )
 
 // ImageUser is the USER of a sandbox's image ("" for root), as Harbor's
-// phases default to it: from LabelImageUser, else (a sandbox started before
-// the label, which runs as its image's user) the container's own user.
-func ImageUser(ins container.InspectResponse) string {
+// phases default to it, from LabelImageUser. ok is false for a sandbox
+// started before the label (a rollout in flight across an upgrade): it runs
+// as its image's user, its root execs may lack capabilities and its
+// toolchain may lack setpriv, so callers keep the old behaviour for it (the
+// agent as agent.user, else the container's user; the verifier as root).
+func ImageUser(ins container.InspectResponse) (user string, ok bool) {
 	if ins.Config == nil {
-		return ""
+		return "", false
 	}
-	if u, ok := ins.Config.Labels[LabelImageUser]; ok {
-		return u
-	}
-	return ins.Config.User
+	user, ok = ins.Config.Labels[LabelImageUser]
+	return user, ok
 }
 
 // SandboxImageUser is ImageUser of the sandbox id.
-func (d *Docker) SandboxImageUser(ctx context.Context, id string) (string, error) {
+func (d *Docker) SandboxImageUser(ctx context.Context, id string) (string, bool, error) {
 	ins, err := d.Client.ContainerInspect(ctx, id)
 	if err != nil {
-		return "", err
+		return "", false, err
 	}
-	return ImageUser(ins), nil
+	u, ok := ImageUser(ins)
+	return u, ok, nil
 }
 
 // keepalive is PID 1 of every sandbox: bash ignores signals sent from inside
