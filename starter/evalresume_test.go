@@ -93,7 +93,7 @@ func TestEvalResumeAndExportCommands(t *testing.T) {
 	if code != 0 || err != nil {
 		t.Fatalf("eval export: %d %v\n%s", code, err, stderr)
 	}
-	if !strings.Contains(out, "wrote 1 trials") || !strings.Contains(out, "harbor reads 1 trials, 0 errored, mean map[oracle__adhoc:1]") {
+	if !strings.Contains(out, "wrote 1 trials") || !strings.Contains(out, "harbor reads 1 trials, 0 errored, metrics map[oracle__adhoc:map[mean:1]]") {
 		t.Errorf("export: %q", out)
 	}
 	if _, err := os.Stat(filepath.Join(job, "log-level-counter__1", "agent", "trajectory.json")); err != nil {
