@@ -198,7 +198,8 @@ while True:
     time.sleep(0.002)
 PY
 setsid nohup python3 /tmp/adversary.py >/dev/null 2>&1 </dev/null &
-sleep 1; ` + sandbox.ToolchainMount + `/bin/curl -sS http://127.0.0.1:8000/health`
+for i in $(seq 100); do ` + sandbox.ToolchainMount + `/bin/curl -sf http://127.0.0.1:8000/health && exit 0; sleep 0.1; done
+` + sandbox.ToolchainMount + `/bin/curl -sS http://127.0.0.1:8000/health`
 
 // TestLiveVerifierIgnoresTheAgentsProcesses: the adversary above runs beside
 // the live verifier for the whole verification (its round counter moves on)
