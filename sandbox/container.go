@@ -170,6 +170,7 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []
 		}
 		return "", errs.Infraf("docker image inspect %s: %v", img, err)
 	}
+	all[LabelImageUser] = "" // set even for an image without a config: root
 	if ii.Config != nil {
 		all[LabelImageUser] = ii.Config.User
 	}
