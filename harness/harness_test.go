@@ -224,6 +224,12 @@ func TestSolutionTurnsStartLikeARollout(t *testing.T) {
 	if !strings.HasPrefix(parts[2].String(), "<|im_start|><|user|>Are you sure") {
 		t.Fatalf("confirmation glue %q", parts[2])
 	}
+	// The confirmation shows the screen a rollout's does once commands that
+	// print nothing have run (the text a write-hello rollout recorded).
+	screen := "root@sandbox:/app# wc -l data.txt > out.txt\nroot@sandbox:/app# " // SplitSteps drops the cd into the workdir
+	if obs, confirm, _ := NextObservation(a, nil, false, screen); !confirm || parts[2].String() != GluePieces(reference, obs, StitchEOT).String() {
+		t.Fatalf("confirmation glue\n%q\nwant the rollout's\n%q", parts[2], obs)
+	}
 	if _, err := SolutionTurns(reference, "x", "# only a comment\n"); err == nil {
 		t.Fatal("a solution without steps must be refused")
 	}

@@ -132,11 +132,35 @@ func SolutionTurns(t inference.ChatTemplate, instruction, solution string) ([]Pi
 		return Pieces{plain(MarshalAction(Action{Analysis: analysis, Commands: cmds, TaskComplete: true})), template(t.EndOfTurn)}
 	}
 	return []Pieces{
-		FirstPromptPieces(t, FirstObservation(instruction, "root@sandbox:/app# ")),
+		FirstPromptPieces(t, FirstObservation(instruction, SFTPrompt)),
 		act(SolutionAnalysis(solution), keys),
-		GluePieces(t, confirmObservation(""), StitchEOT),
+		GluePieces(t, confirmObservation(ScreenAfter(SFTPrompt, keys)), StitchEOT),
 		act("", []Keys{}),
 	}, nil
+}
+
+// SFTPrompt is the shell prompt an SFT sample's terminal shows: a fresh
+// shell's in the sandbox, as a rollout's first observation has it.
+const SFTPrompt = "root@sandbox:/app# "
+
+// ScreenAfter is the terminal a shell at prompt shows once keys have run:
+// each command echoed after the prompt, then the prompt again. What the
+// commands print is not known without running them and is left out, so for
+// commands that print nothing it is the screen a rollout's confirmation
+// shows. SFT's confirmation shows it rather than an empty terminal: a small
+// policy that learned to confirm after an empty screen wrote noise after the
+// real one (docs/learning.md).
+func ScreenAfter(prompt string, keys []Keys) string {
+	var b strings.Builder
+	b.WriteString(prompt)
+	for _, k := range keys {
+		b.WriteString(k.Keystrokes)
+		if !strings.HasSuffix(k.Keystrokes, "\n") {
+			b.WriteString("\n")
+		}
+		b.WriteString(prompt)
+	}
+	return b.String()
 }
 
 // AnalysisMark starts a reference solution's comment line whose text the
