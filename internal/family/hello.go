@@ -35,6 +35,11 @@ type Hello struct {
 	// decided by the answer's 14th token instead of its 34th (docs/learning.md,
 	// "The critic").
 	StateWord bool
+	// Check: the reference solution reads the file back after writing it
+	// (echo WORD >/app/o, then cat /app/o), so the SFT answer runs two
+	// commands and the return, decided at the word, is known for every
+	// token after it (docs/learning.md, "The critic").
+	Check bool
 }
 
 const (
@@ -68,6 +73,7 @@ type Variant struct {
 	Word        string // what it asks for
 	Instruction string
 	Analysis    string // the SFT reply's analysis (harness.AnalysisMark); "" for none
+	Check       bool   // the solution reads the file back (Hello.Check)
 }
 
 // Variants returns the SFT, training and held-out variants.
@@ -89,7 +95,7 @@ func (h Hello) Variants() (sft, train, heldOut []Variant) {
 				continue
 			}
 			seen[text] = true
-			v := Variant{Name: fmt.Sprintf("%s-%s-%03d-t%d", w, kind, len(out), t), Word: w, Instruction: text}
+			v := Variant{Name: fmt.Sprintf("%s-%s-%03d-t%d", w, kind, len(out), t), Word: w, Instruction: text, Check: h.Check}
 			if h.StateWord {
 				v.Analysis = w
 			}
@@ -153,7 +159,7 @@ func writeSets(dir string, sv, tv, hv []Variant) (sft, train, heldOut []string, 
 	}{{"sft", sv, &sft}, {"train", tv, &train}, {"heldout", hv, &heldOut}} {
 		for _, v := range set.vs {
 			d := filepath.Join(dir, set.sub, v.Name)
-			if err := writeHelloTask(d, v.Word, v.Instruction, v.Analysis); err != nil {
+			if err := writeHelloTask(d, v); err != nil {
 				return nil, nil, nil, err
 			}
 			*set.dirs = append(*set.dirs, d)
@@ -169,12 +175,14 @@ const HelloAssertions = 2 + len(Word)
 
 // WriteHelloTask writes one task asking for word into dir.
 func WriteHelloTask(dir, word, instruction string) error {
-	return writeHelloTask(dir, word, instruction, "")
+	return writeHelloTask(dir, Variant{Word: word, Instruction: instruction})
 }
 
-// writeHelloTask is WriteHelloTask with the solution's analysis line
-// (harness.AnalysisMark) when analysis is not "".
-func writeHelloTask(dir, word, instruction, analysis string) error {
+// writeHelloTask writes v's task: its solution has the analysis line
+// (harness.AnalysisMark) when v.Analysis is not "", and reads the file back
+// when v.Check.
+func writeHelloTask(dir string, v Variant) error {
+	word, instruction := v.Word, v.Instruction
 	if len(word) != len(Word) {
 		return fmt.Errorf("write-hello: word %q must have %d letters (the verifier's assertions are fixed)", word, len(Word))
 	}
@@ -182,7 +190,7 @@ func writeHelloTask(dir, word, instruction, analysis string) error {
 		"instruction.md":         instruction + "\n",
 		"task.toml":              helloTOML,
 		"environment/Dockerfile": "FROM debian:bookworm\nWORKDIR /app\n",
-		"solution/solve.sh":      "#!/bin/bash\n" + analysisLine(analysis) + fmt.Sprintf("echo %s >%s\n", word, OutFile),
+		"solution/solve.sh":      "#!/bin/bash\n" + analysisLine(v.Analysis) + fmt.Sprintf("echo %s >%s\n", word, OutFile) + checkLine(v.Check),
 		"tests/test.sh":          fmt.Sprintf(helloTest, word, OutFile),
 	}
 	for name, body := range files {
@@ -202,6 +210,13 @@ func writeHelloTask(dir, word, instruction, analysis string) error {
 		}
 	}
 	return nil
+}
+
+func checkLine(check bool) string {
+	if !check {
+		return ""
+	}
+	return "cat " + OutFile + "\n"
 }
 
 func analysisLine(analysis string) string {
