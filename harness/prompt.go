@@ -145,9 +145,9 @@ const SFTPrompt = "root@sandbox:/app# "
 
 // ScreenAfter is the terminal a shell at prompt shows once keys have run:
 // each command echoed after the prompt, then the prompt again. What the
-// commands print is not known without running them and is left out, so for
-// commands that print nothing it is the screen a rollout's confirmation
-// shows. SFT's confirmation shows it rather than an empty terminal: a small
+// commands print is not known without running them and is left out (so are
+// a multi-line command's continuation prompts), so for one-line commands
+// that print nothing it is the screen a rollout's confirmation shows. SFT's confirmation shows it rather than an empty terminal: a small
 // policy that learned to confirm after an empty screen wrote noise after the
 // real one (docs/learning.md).
 func ScreenAfter(prompt string, keys []Keys) string {
