@@ -38,7 +38,7 @@ type Hello struct {
 	// Check: the reference solution reads the file back after writing it
 	// (echo WORD >/app/o, then cat /app/o), so the SFT answer runs two
 	// commands and the return, decided at the word, is known for every
-	// token after it (docs/learning.md, "The critic").
+	// token after it (docs/learning.md, "More tokens after the word").
 	Check bool
 }
 
