@@ -31,8 +31,9 @@ type RenderSFTResult struct {
 	LossTokens int       `json:"loss_tokens"`
 }
 
-// sftScreen is the terminal an SFT sample shows: a fresh shell's prompt.
-const sftScreen = "root@sandbox:/app# \n"
+// sftScreen is the terminal an SFT sample shows: a fresh shell's prompt,
+// the one the short harness's SFT shows (harness.SFTPrompt).
+const sftScreen = harness.SFTPrompt + "\n"
 
 // RenderSFT renders the reference solution as the harness's turns: the same
 // first prompt a rollout sees, then an assistant turn whose commands are the
