@@ -70,6 +70,9 @@ func (a *Activities) train(ctx context.Context, op string, in TrainInput) (Metri
 	if in.Key == "" || len(in.Trajectories)+len(in.Chunks) == 0 {
 		return nil, errs.BadInputf("%s: key and trajectories are required", op)
 	}
+	if op != "critic_fit" && len(in.Seen)+len(in.SeenChunks) > 0 {
+		return nil, errs.BadInputf("%s: seen trajectories are for critic_fit only", op)
+	}
 	if err := a.checkLease(in.Key); err != nil {
 		return nil, err
 	}
@@ -128,6 +131,7 @@ type batchEntry struct {
 	PolicyVersion string  `json:"policy_version,omitempty"`
 	TaskID        string  `json:"task_id,omitempty"`
 	Temperature   float64 `json:"temperature,omitempty"` // omitted: the trainer's default, 1.0
+	Seen          bool    `json:"seen,omitempty"`        // critic_fit: fitted on before (TrainInput.Seen)
 }
 
 // materialize writes the batch directory from the store, checking every sha256.
@@ -137,10 +141,15 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", errs.Infraf("batch dir: %v", err)
 	}
-	trajs, err := a.batchOf(ctx, in)
+	seen, err := a.batchOf(ctx, "seen_chunks", in.SeenChunks, in.Seen)
 	if err != nil {
 		return "", err
 	}
+	trajs, err := a.batchOf(ctx, "chunks", in.Chunks, in.Trajectories)
+	if err != nil {
+		return "", err
+	}
+	trajs = append(append([]TrajectoryRef(nil), seen...), trajs...)
 	var meta batchMeta
 	got := newBytesProgress("download batch")
 	for i, t := range trajs {
@@ -157,7 +166,7 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 			return "", errs.Infraf("write %s: %v", name, err)
 		}
 		got.moved(ctx, len(trajs), len(b))
-		meta.Trajectories = append(meta.Trajectories, batchEntry{File: name, Reward: t.Reward, PolicyVersion: t.PolicyVersion, TaskID: t.TaskID, Temperature: t.Temperature})
+		meta.Trajectories = append(meta.Trajectories, batchEntry{File: name, Reward: t.Reward, PolicyVersion: t.PolicyVersion, TaskID: t.TaskID, Temperature: t.Temperature, Seen: i < len(seen)})
 	}
 	b, _ := json.Marshal(meta)
 	if err := os.WriteFile(filepath.Join(dir, "meta.json"), b, 0o644); err != nil {
@@ -166,30 +175,30 @@ func (a *Activities) materialize(ctx context.Context, in TrainInput) (string, er
 	return dir, nil
 }
 
-// batchOf is the batch's trajectories: those of its chunks, in order, then
+// batchOf is a batch's trajectories: those of its chunks, in order, then
 // the inline ones. A chunk that fails its checksum or does not parse is bad
-// input, named.
-func (a *Activities) batchOf(ctx context.Context, in TrainInput) ([]TrajectoryRef, error) {
-	if len(in.Chunks) == 0 {
-		return in.Trajectories, nil
+// input, named by field (chunks or seen_chunks) and index.
+func (a *Activities) batchOf(ctx context.Context, field string, chunks []store.Ref, inline []TrajectoryRef) ([]TrajectoryRef, error) {
+	if len(chunks) == 0 {
+		return inline, nil
 	}
 	var out []TrajectoryRef
-	for i, ref := range in.Chunks {
+	for i, ref := range chunks {
 		b, err := a.Store.Get(ctx, ref)
 		if err != nil {
 			var ce *store.ChecksumError
 			if errors.As(err, &ce) {
-				return nil, errs.BadInputf("chunks[%d] %s: %v", i, ref.URI, err)
+				return nil, errs.BadInputf("%s[%d] %s: %v", field, i, ref.URI, err)
 			}
-			return nil, errs.Infraf("chunks[%d] %s: %v", i, ref.URI, err)
+			return nil, errs.Infraf("%s[%d] %s: %v", field, i, ref.URI, err)
 		}
 		var part []TrajectoryRef
 		if err := json.Unmarshal(b, &part); err != nil || len(part) == 0 {
-			return nil, errs.BadInputf("chunks[%d] %s: not a non-empty JSON array of trajectory refs (%v)", i, ref.URI, err)
+			return nil, errs.BadInputf("%s[%d] %s: not a non-empty JSON array of trajectory refs (%v)", field, i, ref.URI, err)
 		}
 		out = append(out, part...)
 	}
-	return append(out, in.Trajectories...), nil
+	return append(out, inline...), nil
 }
 
 // TrainerSave writes a checkpoint and uploads it to the artifact store.

@@ -96,9 +96,16 @@ type TrainInput struct {
 	Trajectories []TrajectoryRef `json:"trajectories"`
 	// Chunks hold the rest of a batch too big for one payload: each a JSON
 	// array of TrajectoryRef in the store, read before Trajectories, in order.
-	Chunks []store.Ref    `json:"chunks,omitempty"`
-	Preset string         `json:"preset,omitempty"`
-	Hyper  map[string]any `json:"hyper,omitempty"`
+	Chunks []store.Ref `json:"chunks,omitempty"`
+	// Seen (critic_fit only) are trajectories the critic was fitted on
+	// before, fitted on again with the batch: the critic warm-up's earlier
+	// rounds, all rollouts of the same frozen policy. explained_variance_before
+	// is measured on the batch alone, which no fit has seen. SeenChunks are
+	// Seen's chunks, as Chunks are the batch's.
+	Seen       []TrajectoryRef `json:"seen,omitempty"`
+	SeenChunks []store.Ref     `json:"seen_chunks,omitempty"`
+	Preset     string          `json:"preset,omitempty"`
+	Hyper      map[string]any  `json:"hyper,omitempty"`
 }
 
 // SaveInput names the checkpoint to write.

@@ -3,6 +3,7 @@ package gpu
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -102,5 +103,29 @@ func TestBatchReadsChunksInOrderAndRefusesABadOne(t *testing.T) {
 	}
 	if _, err := a.train(ctx, "ppo_step", TrainInput{Key: "k"}); err == nil {
 		t.Fatal("a batch of no trajectories and no chunks was accepted")
+	}
+	// Seen (a warm-up's earlier rounds) comes first, marked; a bad seen
+	// chunk is named as such; only critic_fit takes seen trajectories.
+	dir, err = a.materialize(ctx, TrainInput{Key: "k", SeenChunks: []store.Ref{c0}, Seen: []TrajectoryRef{traj("e")}, Trajectories: []TrajectoryRef{traj("d")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta batchMeta
+	if b, err := os.ReadFile(filepath.Join(dir, "meta.json")); err != nil || json.Unmarshal(b, &meta) != nil {
+		t.Fatalf("meta.json: %v", err)
+	}
+	var got []string
+	for _, e := range meta.Trajectories {
+		b, _ := os.ReadFile(filepath.Join(dir, e.File))
+		got = append(got, fmt.Sprintf("%s:%v", b, e.Seen))
+	}
+	if strings.Join(got, " ") != "a:true b:true e:true d:false" {
+		t.Fatalf("batch with seen trajectories holds %v, want the seen ones first and marked", got)
+	}
+	if _, err = a.materialize(ctx, TrainInput{Key: "k", SeenChunks: []store.Ref{bad}, Trajectories: []TrajectoryRef{traj("d")}}); err == nil || !strings.Contains(err.Error(), "seen_chunks[0]") {
+		t.Fatalf("a bad seen chunk: %v, want an error naming seen_chunks[0]", err)
+	}
+	if _, err := a.train(ctx, "ppo_step", TrainInput{Key: "k", Seen: []TrajectoryRef{traj("e")}, Trajectories: []TrajectoryRef{traj("d")}}); err == nil || !strings.Contains(err.Error(), "critic_fit only") {
+		t.Fatalf("ppo_step with seen trajectories: %v, want refused", err)
 	}
 }

@@ -36,6 +36,10 @@ type WarmupResume struct {
 	Result WarmupResult        `json:"result"`
 	Batch  []gpu.TrajectoryRef `json:"batch,omitempty"`
 	Chunks []store.Ref         `json:"chunks,omitempty"`
+	// Seen and SeenChunks are the rounds before's rollouts, which every
+	// later round's fit takes again (warmup.pooled).
+	Seen       []gpu.TrajectoryRef `json:"seen,omitempty"`
+	SeenChunks []store.Ref         `json:"seen_chunks,omitempty"`
 }
 
 // WarmupRound is one round's explained variance: Before is measured on the
@@ -68,13 +72,23 @@ type warmup struct {
 	running int
 	starts  int // rollouts this run started, over its rounds and epochs
 	width   *concurrency
+	// pooled (version 2 of warmup-heldout-gate): each round fits the critic
+	// on every round's rollouts so far, the earlier rounds' (seen) marked so
+	// that critic_fit's held-out EV is read on the new round alone. The
+	// policy is frozen, so the earlier rounds are as good a sample of its
+	// returns as the new one: a round of 16 rollouts is too few for the
+	// value head (docs/learning.md).
+	pooled     bool
+	seen       []gpu.TrajectoryRef
+	seenChunks []store.Ref
 }
 
 // CriticWarmupWorkflow fits the critic on rollouts of the frozen policy until
 // its explained variance on rollouts it was not fitted on reaches the gate;
 // PPO starts only after that. Each round's fresh rollouts are that held-out
 // set for the critic of the rounds before (critic_fit's
-// explained_variance_before), so the gate is read from round 2 on.
+// explained_variance_before), so the gate is read from round 2 on. Each
+// round's fit also takes every earlier round's rollouts (warmup.pooled).
 func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, error) {
 	w := &warmup{in: in}
 	var err error
@@ -83,8 +97,11 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 	}
 	gctx := trainerCtx(ctx, in.Trainer, "")
 	// Version 1 gates on held-out EV; histories before it gated on the EV of
-	// the batch just fitted, and an undefined EV passed.
-	heldOut := workflow.GetVersion(ctx, "warmup-heldout-gate", workflow.DefaultVersion, 1) == 1
+	// the batch just fitted, and an undefined EV passed. Version 2 also fits
+	// each round on the rounds before (pooled).
+	v := workflow.GetVersion(ctx, "warmup-heldout-gate", workflow.DefaultVersion, 2)
+	heldOut := v >= 1
+	w.pooled = v >= 2
 	rounds := max(in.MaxRounds, 1)
 	if heldOut {
 		rounds = max(in.MaxRounds, 2)
@@ -92,6 +109,7 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 	first := 1
 	if in.Resume != nil {
 		w.res, first = in.Resume.Result, in.Resume.Round
+		w.seen, w.seenChunks = in.Resume.Seen, in.Resume.SeenChunks
 	}
 	for round := first; round <= rounds; round++ {
 		w.res.Rounds = round
@@ -128,7 +146,7 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, erro
 		col, err := collect(ctx, in.RolloutBatch, "warmup", (round-1)*epochs+e, &w.running, &w.starts, w.width, func(win *BatchWindow) error {
 			next := w.in
 			next.Window, next.Concurrency = win, w.width.final(ctx)
-			next.Resume = &WarmupResume{Round: round, Epoch: e, Result: w.res, Batch: batch, Chunks: chunks}
+			next.Resume = &WarmupResume{Round: round, Epoch: e, Result: w.res, Batch: batch, Chunks: chunks, Seen: w.seen, SeenChunks: w.seenChunks}
 			return workflow.NewContinueAsNewError(ctx, CriticWarmupWorkflow, next)
 		})
 		if err != nil {
@@ -142,8 +160,12 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, erro
 	}
 	var m gpu.Metrics
 	err := workflow.ExecuteActivity(gctx, gact.TrainerCriticFit, gpu.TrainInput{
-		Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Chunks: chunks, Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
+		Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Chunks: chunks, Seen: w.seen, SeenChunks: w.seenChunks,
+		Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
 	}).Get(ctx, &m)
+	if err == nil && w.pooled {
+		w.seen, w.seenChunks = append(w.seen, batch...), append(w.seenChunks, chunks...)
+	}
 	return m, err
 }
 

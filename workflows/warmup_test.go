@@ -107,3 +107,45 @@ func TestWarmupUndefinedEVNeverPassesSilently(t *testing.T) {
 		t.Fatalf("advisory gate: %+v %v", res, err)
 	}
 }
+
+// Each round fits the critic on every round's rollouts so far, the earlier
+// ones as Seen (held out from explained_variance_before: the new round is);
+// a run continued as new carries them in its Resume.
+func TestWarmupFitsEachRoundOnTheRoundsBefore(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	for _, resume := range []bool{false, true} {
+		env := s.NewTestWorkflowEnvironment()
+		env.RegisterActivity(&gpu.Activities{})
+		Register(env)
+		traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
+		env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
+			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 0.5, Trajectory: &traj, PolicyVersions: []string{"v0"}})
+		})
+		var fits []gpu.TrainInput
+		env.OnActivity(gact.TrainerCriticFit, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
+			fits = append(fits, ti)
+			return ev(0.1, 0.9), nil
+		})
+		in := warmupIn()
+		in.Advisory = true
+		want := []int{0, 2, 4}
+		if resume {
+			old := gpu.TrajectoryRef{Trajectory: store.Ref{URI: "file:///old", SHA256: "cd", Bytes: 1}}
+			chunk := store.Ref{URI: "file:///chunk", SHA256: "ef", Bytes: 1}
+			in.Resume = &WarmupResume{Round: 2, Seen: []gpu.TrajectoryRef{old, old}, SeenChunks: []store.Ref{chunk}}
+			want = []int{2, 4}
+		}
+		res, err := runWarmup(t, env, in)
+		if err != nil || res.Rounds != 3 || len(fits) != len(want) {
+			t.Fatalf("resume %v: res %+v, %d fits, err %v", resume, res, len(fits), err)
+		}
+		for i, f := range fits {
+			if len(f.Trajectories) != 2 || len(f.Seen) != want[i] {
+				t.Fatalf("resume %v: fit %d has %d new and %d seen trajectories, want 2 and %d", resume, i+1, len(f.Trajectories), len(f.Seen), want[i])
+			}
+			if resume && (len(f.SeenChunks) != 1 || f.Seen[0].Trajectory.URI != "file:///old") {
+				t.Fatalf("fit %d lost the resumed run's seen rollouts: %+v %+v", i+1, f.Seen, f.SeenChunks)
+			}
+		}
+	}
+}

@@ -2,7 +2,9 @@
 
 meta.json: {"trajectories": [{"file": "traj-0000.safetensors", "reward": 0.25,
 "temperature": 1.0, ...}, ...]}; temperature (default 1.0, must be > 0) is the
-sampling temperature, at which the trainer computes the policy's log-probs.
+sampling temperature, at which the trainer computes the policy's log-probs;
+seen (default false) marks, for critic_fit, a trajectory the critic was fitted
+on before, which its held-out explained_variance_before leaves out.
 Each file holds tokens (int32 [T]), loss_mask (uint8 [T]), logprobs (float32 [T],
 the sampler's log-prob of each loss token) and, for PPO, routed_experts
 (integer [P, layers, top_k], P >= T-1: the sampler's expert choice at every
@@ -34,6 +36,7 @@ class Trajectory:
     temperature: float = 1.0    # the sampler's temperature: log-probs are of logits / temperature
     has_logprobs: bool = True   # False: the file has no logprobs tensor (zeros stand in)
     origin: str = ""            # the rollout and context it came from (the file's metadata), for errors
+    seen: bool = False          # critic_fit: the critic was fitted on it before (meta.json "seen"): not held out
 
 
 # A batch stacked for the training forward over tokens[:-1]; position j predicts token j+1.
@@ -73,8 +76,11 @@ def load(batch_dir, n_layer, n_experts, top_k, need_routing):
         reward = e.get("reward", 0.0)
         if not isinstance(reward, (int, float)):
             raise ValueError(f"{where}.reward must be a number")
+        seen = e.get("seen", False)
+        if not isinstance(seen, bool):
+            raise ValueError(f"{where}.seen must be true or false")
         out.append(Trajectory(path, tokens, mask, logp, routing, float(reward), temperature_of(e, where),
-                              has_logprobs="logprobs" in t, origin=origin_of(file_meta, e)))
+                              has_logprobs="logprobs" in t, origin=origin_of(file_meta, e), seen=seen))
     return meta, out
 
 

@@ -309,17 +309,25 @@ class Trainer:
 
     def critic_fit(self, req):
         """The critic fitted to the batch's returns under the critic it
-        starts from; a crash loses at most the epoch in flight (_epochs)."""
+        starts from; a crash loses at most the epoch in flight (_epochs).
+        explained_variance_before is the starting critic's on the rows not
+        marked seen (held out from every fit before: a warm-up fits each
+        round on every round's rollouts, the earlier ones marked seen),
+        explained_variance the fitted critic's on the whole batch."""
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
         self._set_lr(self.critic_opt, h.critic_lr)
         p = B.pad(trajs, self.device)
         inputs, mask = p.inputs, p.mask
+        held = torch.tensor([not t.seen for t in trajs], device=mask.device)
+        if not held.any():
+            raise httpjson.HTTPError(400, "critic_fit: every trajectory is marked seen: nothing is held out for explained_variance_before")
         with torch.no_grad():   # before any saved epoch is loaded: the committed critic's
             v0 = self._values(inputs, mask=mask)
         self._beat()
         _, ret = self._advantages(trajs, v0, mask, h)
-        ev_before = ppo.explained_variance(v0[mask], ret[mask])
+        before = mask & held[:, None]   # the rows the critic has not been fitted on (a warm-up's new round)
+        ev_before = ppo.explained_variance(v0[before], ret[before])
 
         def train(mb):
             v = self._values(inputs[mb], mask=mask[mb])
@@ -335,7 +343,7 @@ class Trainer:
             v1 = self._values(inputs, mask=mask)
         ev_after = ppo.explained_variance(v1[mask], ret[mask])
         return {"value_loss": losses[-1], "explained_variance_before": ev_before, "explained_variance": ev_after,
-                "trajectories": len(trajs), "tokens": int(mask.sum())}
+                "trajectories": len(trajs), "held_out": int(held.sum()), "tokens": int(mask.sum())}
 
     RIDGE = 3e-4   # per fitted value: the least-squares head's ridge (docs/learning.md)
 

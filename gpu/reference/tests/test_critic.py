@@ -82,3 +82,39 @@ def test_critic_explains_a_return_decided_mid_answer_in_the_demos_fit(tmp_path):
     ev = held["explained_variance_before"]
     print(f"cold EV {first['explained_variance_before']:.3f}, fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
     assert ev >= 0.4, f"held-out explained variance {ev:.3f} < 0.4 (in sample {first['explained_variance']:.3f})"
+
+
+def test_held_out_ev_leaves_out_the_seen_trajectories(tmp_path):
+    """A warm-up round fits on every round's rollouts so far, the earlier
+    ones marked seen: explained_variance_before is the starting critic's on
+    the new ones alone, the same number a fit on those alone reports, and a
+    batch with nothing held out is refused."""
+    import json
+    import httpjson
+    import pytest
+    fit = {"preset": "small", "hyper": {"epochs": 1}}
+    old, new = batch(tmp_path, "old", 8, 5, p_hello=0.9), batch(tmp_path, "new", 8, 6, p_hello=0.2)
+    both = tmp_path / "both"
+    both.mkdir()
+    entries = []
+    for d, seen in ((old, True), (new, False)):
+        for e in json.load(open(f"{d}/meta.json"))["trajectories"]:
+            name = f"{'s' if seen else 'n'}-{e['file']}"
+            (both / name).write_bytes(open(f"{d}/{e['file']}", "rb").read())
+            entries.append({**e, "file": name, "seen": seen})
+    (both / "meta.json").write_text(json.dumps({"trajectories": entries}))
+    results = {}
+    for name, d in (("new", new), ("old", old), ("both", both)):
+        torch.manual_seed(0)
+        tr = make_trainer(tmp_path / f"w-{name}", seed=0)
+        results[name] = tr._run("critic_fit", {"key": "c", "batch_dir": str(d), **fit}, tr.critic_fit)
+    b, n, o = (results[k]["explained_variance_before"] for k in ("both", "new", "old"))
+    assert results["both"]["held_out"] == 8 and results["both"]["trajectories"] == 16
+    assert abs(b - n) < 1e-5 and abs(b - o) > 1e-3, f"EV before: pooled {b}, new alone {n}, seen alone {o}"
+    for e in entries:
+        e["seen"] = True
+    (both / "meta.json").write_text(json.dumps({"trajectories": entries}))
+    torch.manual_seed(0)
+    tr = make_trainer(tmp_path / "w-all", seed=0)
+    with pytest.raises(httpjson.HTTPError, match="nothing is held out"):
+        tr._run("critic_fit", {"key": "c", "batch_dir": str(both), **fit}, tr.critic_fit)
