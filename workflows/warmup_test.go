@@ -19,6 +19,16 @@ import (
 // warmupEnv runs the warm-up with rollouts that all succeed and a trainer
 // whose critic_fit answers fits[round-1] (nil values: undefined EV).
 func warmupEnv(t *testing.T, in WarmupInput, fits ...gpu.Metrics) (*testsuite.TestWorkflowEnvironment, *int) {
+	fitted := 0
+	env := warmupEnvWith(func(gpu.TrainInput) gpu.Metrics {
+		fitted++
+		return fits[min(fitted, len(fits))-1]
+	})
+	return env, &fitted
+}
+
+// warmupEnvWith: rollouts that all succeed, and critic_fit answered by fit.
+func warmupEnvWith(fit func(gpu.TrainInput) gpu.Metrics) *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&gpu.Activities{})
@@ -27,12 +37,10 @@ func warmupEnv(t *testing.T, in WarmupInput, fits ...gpu.Metrics) (*testsuite.Te
 	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
 		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 0.5, Trajectory: &traj, PolicyVersions: []string{"v0"}})
 	})
-	fitted := 0
 	env.OnActivity(gact.TrainerCriticFit, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
-		fitted++
-		return fits[min(fitted, len(fits))-1], nil
+		return fit(ti), nil
 	})
-	return env, &fitted
+	return env
 }
 
 func warmupIn() WarmupInput {
@@ -112,19 +120,11 @@ func TestWarmupUndefinedEVNeverPassesSilently(t *testing.T) {
 // ones as Seen (held out from explained_variance_before: the new round is);
 // a run continued as new carries them in its Resume.
 func TestWarmupFitsEachRoundOnTheRoundsBefore(t *testing.T) {
-	var s testsuite.WorkflowTestSuite
 	for _, resume := range []bool{false, true} {
-		env := s.NewTestWorkflowEnvironment()
-		env.RegisterActivity(&gpu.Activities{})
-		Register(env)
-		traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
-		env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
-			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 0.5, Trajectory: &traj, PolicyVersions: []string{"v0"}})
-		})
 		var fits []gpu.TrainInput
-		env.OnActivity(gact.TrainerCriticFit, mock.Anything, mock.Anything).Return(func(_ context.Context, ti gpu.TrainInput) (gpu.Metrics, error) {
+		env := warmupEnvWith(func(ti gpu.TrainInput) gpu.Metrics {
 			fits = append(fits, ti)
-			return ev(0.1, 0.9), nil
+			return ev(0.1, 0.9)
 		})
 		in := warmupIn()
 		in.Advisory = true
