@@ -74,6 +74,7 @@ class Trainer:
         cfg = copy.deepcopy(self.actor.cfg)
         cfg.value_head = True
         cfg.value_pool = True   # the head reads the response so far too (model.pool_response)
+        cfg.value_pool_op = "max"
         critic = M.Transformer(cfg).to(self.device)
         body = {k: v for k, v in self.actor.state_dict().items() if not k.startswith("head.")}
         critic.load_state_dict(body, strict=False)

@@ -77,11 +77,12 @@ def test_critic_explains_a_return_decided_mid_answer_in_the_demos_fit(tmp_path):
     (learn.toml's fit_epochs = 5). The ceiling is about 0.6: the 34 values up
     to the word's first letter cannot know it. Before the value head read the
     response's mean and was solved by least squares, held-out EV here was
-    0.04 (in sample 0.13); with both, 0.44 (docs/learning.md)."""
+    0.04 (in sample 0.13); with both, 0.44; with the running max in place
+    of the mean, 0.485 (docs/learning.md)."""
     tr, first, held = sft_then_fit(tmp_path, action, fit_epochs=5)
     ev = held["explained_variance_before"]
     print(f"cold EV {first['explained_variance_before']:.3f}, fitted {first['explained_variance']:.3f}, held-out {ev:.3f}")
-    assert ev >= 0.4, f"held-out explained variance {ev:.3f} < 0.4 (in sample {first['explained_variance']:.3f})"
+    assert ev >= 0.46, f"held-out explained variance {ev:.3f} < 0.46 (in sample {first['explained_variance']:.3f})"
 
 
 def test_held_out_ev_leaves_out_the_seen_trajectories(tmp_path):
@@ -118,3 +119,31 @@ def test_held_out_ev_leaves_out_the_seen_trajectories(tmp_path):
     tr = make_trainer(tmp_path / "w-all", seed=0)
     with pytest.raises(httpjson.HTTPError, match="nothing is held out"):
         tr._run("critic_fit", {"key": "c", "batch_dir": str(both), **fit}, tr.critic_fit)
+
+
+def test_critics_saved_before_the_max_pool_still_read_the_mean(tmp_path):
+    """A critic made now pools the response by its running max and saves
+    that in its config; one saved before value_pool_op existed loads as the
+    mean-pooled critic it was trained as (same weights, same values)."""
+    import json
+    import os
+    torch.manual_seed(0)
+    tr = make_trainer(tmp_path / "w", seed=0)
+    assert tr.critic.cfg.value_pool_op == "max"
+    M.save_checkpoint(tr.critic, str(tmp_path / "c"), "critic")
+    cfg_path = os.path.join(tmp_path, "c", "critic.json")
+    saved = json.load(open(cfg_path))
+    assert saved["value_pool_op"] == "max"
+    ids = torch.tensor([tok.encode("<|im_start|><|user|>hi<|im_end|><|im_start|><|assistant|>echo hello")])
+    del saved["value_pool_op"]
+    json.dump(saved, open(cfg_path, "w"))
+    old, _ = M.load_checkpoint(str(tmp_path / "c"), "critic")
+    assert old.cfg.value_pool_op == "mean"
+    with torch.no_grad():
+        h, _ = old.hidden(ids)
+        want = old.head(M.pool_response(ids, h, "mean")).squeeze(-1)
+        assert torch.allclose(old(ids)[0], want)
+        assert not torch.allclose(old(ids)[0], tr.critic.cpu()(ids)[0])
+    import pytest
+    with pytest.raises(ValueError, match="value_pool_op"):
+        M.pool_response(ids, h, "median")
