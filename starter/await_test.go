@@ -4,12 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
+
+	"github.com/t1flow/t1flow/workflows"
 )
 
 // flakyRun answers Get with errs, one per call, then with the result.
@@ -56,5 +59,58 @@ func TestGetResultReturnsTheWorkflowsOwnError(t *testing.T) {
 	run = &flakyRun{errs: []error{context.Canceled, context.Canceled}}
 	if err := getResult(ctx, run, &res); err == nil || run.calls != 1 {
 		t.Fatalf("an ended context must end the wait: %d calls, err %v", run.calls, err)
+	}
+}
+
+// blockedRun is a campaign that never ends on its own (paused): Get returns
+// only when the wait is called off.
+type blockedRun struct {
+	client.WorkflowRun
+	ended chan struct{}
+}
+
+func (r *blockedRun) Get(ctx context.Context, _ any) error {
+	<-ctx.Done()
+	close(r.ended)
+	return ctx.Err()
+}
+
+// A campaign paused on a failed stage never completes: `campaign start
+// --wait` must say so, with the failure and the decision it waits for,
+// instead of waiting in silence; one that completes returns its result.
+func TestWaitOnACampaignEndsWhenItPauses(t *testing.T) {
+	pausePoll = time.Millisecond
+	asked := 0
+	status := func(context.Context) (workflows.CampaignStatus, error) {
+		asked++
+		switch asked {
+		case 1:
+			return workflows.CampaignStatus{}, serviceerror.NewUnavailable("frontend restarting")
+		case 2:
+			return workflows.CampaignStatus{Name: "c", Phase: workflows.PhaseWarmup}, nil
+		}
+		return workflows.CampaignStatus{Name: "c", Failure: &workflows.StageFailure{Stage: "warmup", Type: "WarmupGate", Reason: "held-out explained variance 0.691 below the gate 0.700"}}, nil
+	}
+	run := &blockedRun{ended: make(chan struct{})}
+	err := awaitCampaign(context.Background(), run, status, new(string))
+	if err == nil || asked != 3 {
+		t.Fatalf("paused campaign: err %v after %d status queries, want an error at the third", err, asked)
+	}
+	for _, want := range []string{"stage warmup failed (WarmupGate)", "0.691 below the gate", "starter campaign retry|skip|cancel c"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+	select {
+	case <-run.ended:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the wait for the result was left running")
+	}
+	var res string
+	err = awaitCampaign(context.Background(), &flakyRun{}, func(context.Context) (workflows.CampaignStatus, error) {
+		return workflows.CampaignStatus{Name: "c"}, nil
+	}, &res)
+	if err != nil || res != "done" {
+		t.Fatalf("a campaign that completes: res %q, err %v", res, err)
 	}
 }

@@ -33,7 +33,7 @@ func campaignCmd(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	sub, rest := args[0], args[1:]
 	fs := flag.NewFlagSet("campaign "+sub, flag.ContinueOnError)
 	file := fs.String("f", "", "campaign config (TOML)")
-	wait := fs.Bool("wait", false, "wait for the campaign and print its evals")
+	wait := fs.Bool("wait", false, "wait for the campaign and print its evals; a campaign that pauses on a failed stage ends the wait with the failure (it stays paused for retry, skip or cancel)")
 	storeDir := fs.String("store", config.StoreDir(), "artifact store (where policy.init's checkpoint is found or imported)")
 	pos, err := parse(fs, rest)
 	if err != nil {
@@ -89,7 +89,8 @@ func campaignStart(ctx context.Context, c client.Client, in workflows.CampaignIn
 		return err
 	}
 	var res workflows.CampaignResult
-	if err := getResult(ctx, run, &res); err != nil {
+	status := func(ctx context.Context) (workflows.CampaignStatus, error) { return campaignStatus(ctx, c, wid) }
+	if err := awaitCampaign(ctx, run, status, &res); err != nil {
 		return fmt.Errorf("campaign %s: %w", cfg.Name, err)
 	}
 	printEvals(stdout, res.State)
@@ -102,13 +103,9 @@ func campaignSteer(ctx context.Context, c client.Client, sub string, pos []strin
 	wid := ids.CampaignWorkflowID(pos[0])
 	switch sub {
 	case "status":
-		v, err := c.QueryWorkflow(ctx, wid, "", workflows.QueryStatus)
+		s, err := campaignStatus(ctx, c, wid)
 		if err != nil {
 			return fmt.Errorf("campaign %s: %w", pos[0], err)
-		}
-		var s workflows.CampaignStatus
-		if err := v.Get(&s); err != nil {
-			return err
 		}
 		printStatus(stdout, s, wid)
 		return nil
@@ -174,6 +171,16 @@ func updateCampaign(ctx context.Context, c client.Client, wid, update string, st
 	}
 	printStatus(stdout, s, wid)
 	return nil
+}
+
+// campaignStatus is the campaign workflow's status query.
+func campaignStatus(ctx context.Context, c client.Client, wid string) (workflows.CampaignStatus, error) {
+	var s workflows.CampaignStatus
+	v, err := c.QueryWorkflow(ctx, wid, "", workflows.QueryStatus)
+	if err == nil {
+		err = v.Get(&s)
+	}
+	return s, err
 }
 
 func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
