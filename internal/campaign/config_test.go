@@ -65,7 +65,7 @@ func TestSFTOverrides(t *testing.T) {
 
 // The shipped campaign configs load as they are.
 func TestExampleCampaignsParse(t *testing.T) {
-	for _, f := range []string{"demo.toml", "learn.toml", "learn-async.toml", "learn-oversample.toml", "smollm.toml", "smollm-quick.toml"} {
+	for _, f := range []string{"demo.toml", "learn.toml", "learn-async.toml", "learn-oversample.toml", "learn-check.toml", "smollm.toml", "smollm-quick.toml"} {
 		if _, err := Load("../../examples/campaigns/" + f); err != nil {
 			t.Errorf("%s: %v", f, err)
 		}
