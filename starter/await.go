@@ -67,6 +67,11 @@ func awaitCampaign(ctx context.Context, run client.WorkflowRun, status func(cont
 			if err != nil || s.Failure == nil {
 				continue // a status the server did not answer says nothing: ask again
 			}
+			select {
+			case err := <-done: // it ended meanwhile (a cancel leaves Failure set): its own outcome
+				return err
+			default:
+			}
 			f := s.Failure
 			return fmt.Errorf("paused: stage %s failed (%s): %s; it waits for: starter campaign retry|skip|cancel %s", f.Stage, f.Type, f.Reason, s.Name)
 		}

@@ -79,6 +79,7 @@ func (r *blockedRun) Get(ctx context.Context, _ any) error {
 // --wait` must say so, with the failure and the decision it waits for,
 // instead of waiting in silence; one that completes returns its result.
 func TestWaitOnACampaignEndsWhenItPauses(t *testing.T) {
+	defer func(d time.Duration) { pausePoll = d }(pausePoll)
 	pausePoll = time.Millisecond
 	asked := 0
 	status := func(context.Context) (workflows.CampaignStatus, error) {

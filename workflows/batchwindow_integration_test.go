@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -191,16 +192,20 @@ func TestWarmupContinuesAsNewMidRound(t *testing.T) {
 	inf := inference(t, "--seed", "0")
 	refs := r.load(t, "../examples/tasks/log-level-counter", "../examples/tasks/csv-revenue-report")
 	var mu sync.Mutex
-	fits := map[string][]string{} // key -> task IDs trained on
+	fits := map[string][]string{}   // key -> task IDs trained on
+	seenBy := map[string][]string{} // key -> task IDs sent as seen (the rounds before)
 	fakeTrainer(t, r, "TrainerCriticFit", func(ctx context.Context, in gpu.TrainInput) (gpu.Metrics, error) {
 		mu.Lock()
 		defer mu.Unlock()
-		var tasks []string
+		var tasks, seen []string
 		for _, tr := range in.Trajectories {
 			tasks = append(tasks, tr.TaskID)
 		}
-		fits[in.Key] = tasks
-		return gpu.Metrics{"explained_variance_before": 0.5, "explained_variance": 0.9}, nil
+		for _, tr := range in.Seen {
+			seen = append(seen, tr.TaskID)
+		}
+		fits[in.Key], seenBy[in.Key] = tasks, seen
+		return gpu.Metrics{"explained_variance_before": 0.5, "explained_variance": 0.9, "held_out": float64(len(tasks))}, nil
 	})
 	campaign := fmt.Sprintf("warm-%d", time.Now().UnixNano())
 	in := workflows.WarmupInput{RolloutBatch: everyStart(campaign, refs, inf.URL()), Epochs: 2, FitEpochs: 1, Gate: 0.3, MaxRounds: 2}
@@ -225,6 +230,10 @@ func TestWarmupContinuesAsNewMidRound(t *testing.T) {
 	}
 	if len(fits) != 2 {
 		t.Errorf("critic_fit ran under %d keys, want 2: %v", len(fits), fits)
+	}
+	// Round 2 ran in later runs than round 1: its seen rollouts came through continue-as-new.
+	if k1, k2 := in.KeyPrefix+"critic/1", in.KeyPrefix+"critic/2"; len(seenBy[k1]) != 0 || strings.Join(seenBy[k2], ",") != strings.Join(fits[k1], ",") {
+		t.Errorf("seen: round 1 %v, round 2 %v; want none, then round 1's %v", seenBy[k1], seenBy[k2], fits[k1])
 	}
 	resp, err := r.c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: fmt.Sprintf("WorkflowId = '%s'", wid), PageSize: 100})
 	if err != nil {

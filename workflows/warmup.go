@@ -163,10 +163,27 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, erro
 		Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Chunks: chunks, Seen: w.seen, SeenChunks: w.seenChunks,
 		Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
 	}).Get(ctx, &m)
-	if err == nil && w.pooled {
-		w.seen, w.seenChunks = append(w.seen, batch...), append(w.seenChunks, chunks...)
+	if err != nil || !w.pooled {
+		return m, err
 	}
-	return m, err
+	if _, ok := m["held_out"]; !ok && len(w.seen)+len(w.seenChunks) > 0 {
+		// A trainer from before seen would have read its EV over rows it was
+		// fitted on, and an in-sample EV must never open the gate.
+		return m, temporal.NewNonRetryableApplicationError("critic warm-up: the trainer's critic_fit does not report held_out, so it ignored the seen trajectories "+
+			"and its explained_variance_before is partly in sample; update the trainer (gpu/reference/trainer.py)", errs.BadInput, nil)
+	}
+	w.seen, w.seenChunks = append(w.seen, batch...), append(w.seenChunks, chunks...)
+	if len(w.seen) > FlushEvery {
+		// Inline refs ride in every later fit's input and continue-as-new:
+		// past FlushEvery they go to the store as one chunk, as a collection's do.
+		var ref store.Ref
+		key := BatchChunkKey(in.RolloutBatch, "warmup-seen", round, len(w.seenChunks))
+		if err := storeJSON(ctx, fmt.Sprintf("store warm-up rollouts seen (%d)", len(w.seen)), key, w.seen).Get(ctx, &ref); err != nil {
+			return m, err
+		}
+		w.seen, w.seenChunks = nil, append(w.seenChunks, ref)
+	}
+	return m, nil
 }
 
 // heldOutGate reads the EV the critic of earlier rounds reaches on this

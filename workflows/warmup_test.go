@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -49,7 +50,7 @@ func warmupIn() WarmupInput {
 }
 
 func ev(before, fitted any) gpu.Metrics {
-	return gpu.Metrics{"explained_variance_before": before, "explained_variance": fitted}
+	return gpu.Metrics{"explained_variance_before": before, "explained_variance": fitted, "held_out": 2.0}
 }
 
 func runWarmup(t *testing.T, env *testsuite.TestWorkflowEnvironment, in WarmupInput) (WarmupResult, error) {
@@ -147,5 +148,44 @@ func TestWarmupFitsEachRoundOnTheRoundsBefore(t *testing.T) {
 				t.Fatalf("fit %d lost the resumed run's seen rollouts: %+v %+v", i+1, f.Seen, f.SeenChunks)
 			}
 		}
+	}
+}
+
+// A trainer that does not report held_out ignored the seen trajectories, so
+// its "held-out" EV is partly in sample: the warm-up must stop, never gate
+// on it. Past FlushEvery inline refs, the seen rollouts go to the store as
+// one chunk instead of riding in every later input.
+func TestWarmupRefusesATrainerThatIgnoresSeenAndSpillsSeenToTheStore(t *testing.T) {
+	env := warmupEnvWith(func(gpu.TrainInput) gpu.Metrics {
+		return gpu.Metrics{"explained_variance_before": 0.99, "explained_variance": 0.99}
+	})
+	_, err := runWarmup(t, env, warmupIn())
+	if err == nil || errorType(err) != errs.BadInput || !strings.Contains(err.Error(), "held_out") {
+		t.Fatalf("a trainer without held_out: %v, want BadInput naming held_out", err)
+	}
+	defer func(n int) { FlushEvery = n }(FlushEvery)
+	FlushEvery = 3
+	var fits []gpu.TrainInput
+	env = warmupEnvWith(func(ti gpu.TrainInput) gpu.Metrics {
+		fits = append(fits, ti)
+		return ev(0.1, 0.9)
+	})
+	stored := 0
+	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.StoreJSONInput) (store.Ref, error) {
+		stored++
+		var refs []gpu.TrajectoryRef
+		b, _ := json.Marshal(in.Value)
+		if err := json.Unmarshal(b, &refs); err != nil || len(refs) != 4 || !strings.Contains(in.Key, "warmup-seen") {
+			t.Errorf("stored %s under %s (%v), want rounds 1-2's 4 refs under a warmup-seen key", b, in.Key, err)
+		}
+		return store.Ref{URI: "file:///" + in.Key, SHA256: "ab", Bytes: 1}, nil
+	})
+	in := warmupIn()
+	in.Advisory = true
+	if _, err := runWarmup(t, env, in); err != nil || len(fits) != 3 || stored != 1 {
+		t.Fatalf("err %v, %d fits, %d stored chunks", err, len(fits), stored)
+	}
+	if f := fits[2]; len(f.Seen) != 0 || len(f.SeenChunks) != 1 {
+		t.Fatalf("round 3's fit: %d inline seen, %d seen chunks; want rounds 1-2's 4 in one chunk", len(f.Seen), len(f.SeenChunks))
 	}
 }

@@ -58,8 +58,9 @@ class Critic(nn.Module):
     """The policy's backbone (no LM head) with a scalar value head.
 
     With pool (every critic the trainer makes) the head reads [h_t, the mean
-    of h over the response up to t], as the reference's (gpu/reference/model.py
-    pool_response): a language model's state at t serves the next token and
+    of h over the response up to t], as the reference's did before its
+    running max (gpu/reference/model.py pool_response, value_pool_op; not
+    ported here: docs/learning.md): a language model's state at t serves the next token and
     forgets a deciding token once nothing ahead depends on it. The response
     starts at start (B,), the input position of the first loss token (the
     last token of the assistant's header), which the trainer reads from the

@@ -203,6 +203,13 @@ class Trainer:
         except (ValueError, FileNotFoundError) as e:
             raise httpjson.HTTPError(400, str(e))
 
+    @staticmethod
+    def _refuse_seen(trajs, op):
+        """seen marks a critic_fit's earlier rounds; any other operation would train on them as new."""
+        for i, t in enumerate(trajs):
+            if t.seen:
+                raise httpjson.HTTPError(400, f"{op}: meta.json: trajectories[{i}].seen is for critic_fit only")
+
     def _hyper(self, req):
         try:
             return ppo.Hyper.from_dict(req.get("hyper"), req.get("preset"))
@@ -273,6 +280,7 @@ class Trainer:
         """Supervised fine-tuning; a crash loses at most the epoch in flight (_epochs)."""
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
+        self._refuse_seen(trajs, "sft")
         self._set_lr(self.actor_opt, h.actor_lr)
         inputs, targets, mask = B.pad(trajs, self.device)[:3]   # SFT targets are not samples: temperature 1
 
@@ -435,6 +443,7 @@ class Trainer:
     def ppo_step(self, req):
         h = self._hyper(req)
         meta, trajs = self._load_batch(req, need_routing=True)
+        self._refuse_seen(trajs, "ppo_step")
         self._set_lr(self.actor_opt, h.actor_lr)
         self._set_lr(self.critic_opt, h.critic_lr)
         p = B.pad(trajs, self.device)
