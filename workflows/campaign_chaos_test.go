@@ -176,9 +176,14 @@ func chaosPools(t *testing.T, st store.Store) {
 // each found from the campaign's status query or the trainer's ops.log.
 func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) []chaosFault {
 	opsLog := filepath.Join(gpuDir, "trainer", "ops.log")
+	// A query waits on a workflow worker; just after a kill or the dev
+	// server's restart that can take long enough for a short stage (the final
+	// eval) to pass unseen, so each is bounded and the local signs go first.
 	status := func() workflows.CampaignStatus {
 		var s workflows.CampaignStatus
-		if v, err := c.QueryWorkflow(context.Background(), wid, "", workflows.QueryStatus); err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if v, err := c.QueryWorkflow(ctx, wid, "", workflows.QueryStatus); err == nil {
 			v.Get(&s)
 		}
 		return s
@@ -238,7 +243,7 @@ func chaosFaults(t *testing.T, c client.Client, wid, name, host, gpuDir string) 
 		// short window (on a quiet machine it ran out within the dev server's
 		// restart above), and once the last step's checkpoint is served every
 		// sandbox of this host is the final eval's.
-		{stage: "final eval rollouts", at: func() bool { return inFlight("eval final", true)() || lastServed() && sandboxes() }, jitter: 2000 * ms},
+		{stage: "final eval rollouts", at: func() bool { return lastServed() && sandboxes() || inFlight("eval final", true)() }, jitter: 2000 * ms},
 	}
 }
 

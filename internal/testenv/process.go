@@ -239,11 +239,25 @@ type RestartableServer struct {
 func RestartableDevServer(tb testing.TB) (*RestartableServer, client.Client) {
 	tb.Helper()
 	bin := temporalBin(tb)
-	addr := fmt.Sprintf("127.0.0.1:%d", FreePort())
-	s := &RestartableServer{Address: addr, opts: devServerOptions(bin, addr)}
-	s.opts.DBFilename = filepath.Join(tb.TempDir(), "temporal.db")
-	if err := s.Start(); err != nil {
-		tb.Fatalf("start the Temporal dev server: %v", err)
+	var s *RestartableServer
+	var addr string
+	// FreePort's port is free when it answers, not when the server binds it:
+	// a server started beside this one (the parallel chaos tests) can take it
+	// for its UI or metrics first (seen: "frame header looked like an
+	// HTTP/1.1 header"). The first start may move to another port; restarts
+	// keep the address.
+	for try := 1; ; try++ {
+		addr = fmt.Sprintf("127.0.0.1:%d", FreePort())
+		s = &RestartableServer{Address: addr, opts: devServerOptions(bin, addr)}
+		s.opts.DBFilename = filepath.Join(tb.TempDir(), "temporal.db") // a failed try's process may still hold its own
+		err := s.Start()
+		if err == nil {
+			break
+		}
+		if try == 3 {
+			tb.Fatalf("start the Temporal dev server (%d tries): %v", try, err)
+		}
+		tb.Logf("start the Temporal dev server on %s: %v; trying another port", addr, err)
 	}
 	tb.Cleanup(s.Stop)
 	c, err := client.Dial(client.Options{HostPort: addr, Namespace: "default", Logger: quietLogger{}})
