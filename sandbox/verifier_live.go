@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/image"
@@ -60,7 +61,7 @@ func (d *Docker) FreezeForVerifier(ctx context.Context, id string) (thaw func(co
 		return nil, err
 	}
 	if ins.State == nil || !ins.State.Paused {
-		if err := d.Client.ContainerPause(ctx, id); err != nil {
+		if err := d.pause(ctx, id); err != nil {
 			return nil, fmt.Errorf("docker pause %s: %w", id, err)
 		}
 	}
@@ -76,6 +77,27 @@ func (d *Docker) FreezeForVerifier(ctx context.Context, id string) (thaw func(co
 		thawed = err == nil
 		return err
 	}, nil
+}
+
+// freezeTries is how many times pause tries a freeze the runtime gave up on.
+const freezeTries = 5
+
+// pause pauses container id. The runtime's cgroup freeze can give up
+// ("unable to freeze") when the container's processes fork or the machine is
+// loaded while it waits; the runtime thaws what it froze, so pause tries
+// again, a little later each time. Other errors (gone, not running) end it.
+func (d *Docker) pause(ctx context.Context, id string) error {
+	var err error
+	for try := 1; ; try++ {
+		if err = d.Client.ContainerPause(ctx, id); err == nil || !strings.Contains(err.Error(), "unable to freeze") || try == freezeTries {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(time.Duration(try) * 100 * time.Millisecond):
+		}
+	}
 }
 
 // LiveVerifier is a running live verifier container.
