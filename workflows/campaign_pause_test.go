@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -50,6 +51,10 @@ var loaded []string
 // of its fixed tasks.
 var sampleTasks func(activities.SampleInput) []task.Ref
 
+// warmupAnswer, set before campaignSaveEnv, answers the critic warm-up
+// instead of a passed gate.
+var warmupAnswer func() (WarmupResult, error)
+
 // registerFirst, set before campaignSaveEnv, registers workflows of its
 // own (before any mock, as the test environment wants).
 var registerFirst func(*testsuite.TestWorkflowEnvironment)
@@ -95,7 +100,14 @@ func campaignSaveEnv(t *testing.T, tasks []task.Ref, save func(gpu.SaveInput) (g
 		return store.Ref{}, nil
 	})
 	cold, warm := -2.5, 0.75
-	env.OnWorkflow(CriticWarmupWorkflow, mock.Anything, mock.Anything).Return(WarmupResult{ColdEV: &cold, WarmEV: &warm}, nil)
+	answer := warmupAnswer
+	warmupAnswer = nil
+	env.OnWorkflow(CriticWarmupWorkflow, mock.Anything, mock.Anything).Return(func(workflow.Context, WarmupInput) (WarmupResult, error) {
+		if answer != nil {
+			return answer()
+		}
+		return WarmupResult{ColdEV: &cold, WarmEV: &warm}, nil
+	})
 	var cfg campaign.Config
 	cfg.Name, cfg.S, cfg.Policy.Init, cfg.Policy.Seed, cfg.Policy.Inference = "c", 20, "random", 5, []string{"http://replica"}
 	cfg.PPO.Steps, cfg.PPO.TasksPerStep, cfg.PPO.Concurrency, cfg.PPO.ContinueAsNewEvery = 2, 1, 1, 10
@@ -154,6 +166,39 @@ func TestCampaignPausesOnFailedStepThenSkipOrRetry(t *testing.T) {
 				t.Errorf("init: %+v, want one random init with seed 5 for campaign c", *inits)
 			}
 		})
+	}
+}
+
+// TestCampaignSkippedWarmupKeepsWhatItMeasured: a warm-up that missed its
+// required gate pauses the campaign; the EVs it measured are in the status
+// while paused and stay in the state after the operator skips it (the
+// report read "warm EV undefined" after a skip).
+func TestCampaignSkippedWarmupKeepsWhatItMeasured(t *testing.T) {
+	cold, warm := -1.62, 0.691
+	calls := 0
+	warmupAnswer = func() (WarmupResult, error) {
+		calls++
+		res := WarmupResult{ColdEV: &cold, WarmEV: &warm, Rounds: 4, Aborted: 1, Gate: "missed (critic_warmup.require_gate = true): held-out explained variance 0.691 below the gate 0.700 after 4 rounds"}
+		return WarmupResult{}, temporal.NewNonRetryableApplicationError("critic warm-up: held-out explained variance 0.691 below the gate 0.700 after 4 rounds", errs.WarmupGate, nil, res)
+	}
+	env, in, _ := campaignEnv(t, func(n, _ int) (StepRecord, error) { return StepRecord{Step: n, Trained: 1, Rollouts: 1}, nil })
+	var seen CampaignStatus
+	decideLater(t, env, time.Hour, UpdateSkip, &seen)
+	env.ExecuteWorkflow(CampaignWorkflow, in)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	var res CampaignResult
+	env.GetWorkflowResult(&res)
+	if f := seen.Failure; calls != 1 || f == nil || f.Stage != "warmup" || f.Type != errs.WarmupGate || seen.WarmEV == nil || *seen.WarmEV != warm {
+		t.Fatalf("while paused (warm-up ran %d times): status %+v", calls, seen)
+	}
+	st := res.State
+	if st.WarmEV == nil || *st.WarmEV != warm || st.ColdEV == nil || *st.ColdEV != cold || !strings.HasPrefix(st.WarmupGate, "missed") || st.Aborted != 1 {
+		t.Fatalf("after skip: warm %v cold %v gate %q aborted %d, want %v %v missed 1", fmtEVp(st.WarmEV), fmtEVp(st.ColdEV), st.WarmupGate, st.Aborted, warm, cold)
+	}
+	if len(st.Skipped) != 1 || st.Skipped[0] != "warmup" || st.Step != 2 {
+		t.Fatalf("after skip: skipped %v, step %d", st.Skipped, st.Step)
 	}
 }
 

@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -205,12 +206,30 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 		RolloutBatch: b, Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds, Advisory: !w.RequireGate,
 	}), &res)
 	if err != nil {
+		if gateMissed(err, &res) {
+			c.warmedUp(res)
+		}
 		return err
 	}
-	c.st.ColdEV, c.st.WarmEV, c.st.WarmupGate = res.ColdEV, res.WarmEV, res.Gate
-	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
+	c.warmedUp(res)
 	// critic_fit moved the trainer's version; inference must serve the same weights.
 	return c.checkpoint(ctx, "warmup")
+}
+
+// warmedUp records what a warm-up measured and what its rollouts lost.
+func (c *campaignRun) warmedUp(res WarmupResult) {
+	c.st.ColdEV, c.st.WarmEV, c.st.WarmupGate = res.ColdEV, res.WarmEV, res.Gate
+	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
+}
+
+// gateMissed reads the result a warm-up that missed its required gate
+// carries in its error (histories before it carry none: false).
+func gateMissed(err error, res *WarmupResult) bool {
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != errs.WarmupGate || !ae.HasDetails() {
+		return false
+	}
+	return ae.Details(res) == nil
 }
 
 func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {

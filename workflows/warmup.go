@@ -130,7 +130,10 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 		w.res.Gate = "advisory (critic_warmup.require_gate = false): " + w.gateMiss()
 		return w.res, nil
 	}
-	return w.res, temporal.NewNonRetryableApplicationError("critic warm-up: "+w.gateMiss(), errs.WarmupGate, nil)
+	// The numbers ride in the error's details: a campaign whose operator
+	// skips the stage still reports what the warm-up measured.
+	w.res.Gate = "missed (critic_warmup.require_gate = true): " + w.gateMiss()
+	return w.res, temporal.NewNonRetryableApplicationError("critic warm-up: "+w.gateMiss(), errs.WarmupGate, nil, w.res)
 }
 
 // round collects Epochs batches and fits the critic on them.

@@ -76,6 +76,10 @@ func TestWarmupGatesOnHeldOutEV(t *testing.T) {
 	if err == nil || errorType(err) != errs.WarmupGate || !strings.Contains(err.Error(), "held-out explained variance -0.900 below the gate 0.700") {
 		t.Fatalf("want the gate to fail on held-out EV, got %v", err)
 	}
+	var carried WarmupResult // what a campaign records if its operator skips the stage
+	if !gateMissed(err, &carried) || carried.WarmEV == nil || *carried.WarmEV != -0.9 || carried.ColdEV == nil || *carried.ColdEV != -3.12 || !strings.HasPrefix(carried.Gate, "missed") {
+		t.Fatalf("the gate's error carries %+v (warm %s), want warm -0.900, cold -3.120 and the miss", carried, fmtEVp(carried.WarmEV))
+	}
 	if *fitted != 3 {
 		t.Fatalf("%d rounds, want max_rounds 3", *fitted)
 	}
