@@ -294,14 +294,14 @@ class Trainer(reference.Trainer):
     # (0.90) (docs/learning.md, "The critic").
     RIDGES = (3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 1e-1, 3e-1, 1.0)
 
-    def _load_batch(self, req, need_routing):
+    def _load_batch(self, req, need_routing, allow_seen=False):
         d = req.get("batch_dir")
         if not d:
             raise httpjson.HTTPError(400, "batch_dir is required")
         f = self._facts()
         need_routing = need_routing and f["num_layers"] > 0   # a dense model has no routing: R3 off
         try:
-            meta, trajs = B.load(d, f["num_layers"], f["num_experts"], f["top_k"], need_routing)
+            meta, trajs = B.load(d, f["num_layers"], f["num_experts"], f["top_k"], need_routing, allow_seen)
         except B.RoutingError as e:
             raise httpjson.HTTPError(422, f"RoutingMissing: {e}")
         except (ValueError, FileNotFoundError) as e:

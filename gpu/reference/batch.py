@@ -43,7 +43,10 @@ class Trajectory:
 Padded = namedtuple("Padded", "inputs targets mask sampler_logp routing temperature")
 
 
-def load(batch_dir, n_layer, n_experts, top_k, need_routing):
+def load(batch_dir, n_layer, n_experts, top_k, need_routing, allow_seen=False):
+    """The batch in batch_dir. A trajectory marked seen (a critic_fit's
+    earlier rounds) is refused unless allow_seen: any other operation would
+    train on it as new."""
     meta_path = os.path.join(batch_dir, "meta.json")
     if not os.path.exists(meta_path):
         raise FileNotFoundError(f"batch {batch_dir}: meta.json is missing")
@@ -57,6 +60,11 @@ def load(batch_dir, n_layer, n_experts, top_k, need_routing):
         where = f"{meta_path}: trajectories[{i}]"
         if "file" not in e:
             raise ValueError(f"{where}.file is missing")
+        seen = e.get("seen", False)
+        if not isinstance(seen, bool):
+            raise ValueError(f"{where}.seen must be true or false")
+        if seen and not allow_seen:
+            raise ValueError(f"{where}.seen is for critic_fit only")
         path = os.path.join(batch_dir, e["file"])
         t, file_meta = safetensors_io.load(path)
         for k in ("tokens", "loss_mask"):
@@ -76,9 +84,6 @@ def load(batch_dir, n_layer, n_experts, top_k, need_routing):
         reward = e.get("reward", 0.0)
         if not isinstance(reward, (int, float)):
             raise ValueError(f"{where}.reward must be a number")
-        seen = e.get("seen", False)
-        if not isinstance(seen, bool):
-            raise ValueError(f"{where}.seen must be true or false")
         out.append(Trajectory(path, tokens, mask, logp, routing, float(reward), temperature_of(e, where),
                               has_logprobs="logprobs" in t, origin=origin_of(file_meta, e), seen=seen))
     return meta, out

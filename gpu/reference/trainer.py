@@ -191,24 +191,17 @@ class Trainer:
         entropy = -(logp_all.exp() * logp_all).sum(-1)
         return logp, entropy
 
-    def _load_batch(self, req, need_routing):
+    def _load_batch(self, req, need_routing, allow_seen=False):
         d = req.get("batch_dir")
         if not d:
             raise httpjson.HTTPError(400, "batch_dir is required")
         c = self.actor.cfg
         try:
-            return B.load(d, c.n_layer, c.n_experts, c.top_k, need_routing)
+            return B.load(d, c.n_layer, c.n_experts, c.top_k, need_routing, allow_seen)
         except B.RoutingError as e:
             raise httpjson.HTTPError(422, f"RoutingMissing: {e}")
         except (ValueError, FileNotFoundError) as e:
             raise httpjson.HTTPError(400, str(e))
-
-    @staticmethod
-    def _refuse_seen(trajs, op):
-        """seen marks a critic_fit's earlier rounds; any other operation would train on them as new."""
-        for i, t in enumerate(trajs):
-            if t.seen:
-                raise httpjson.HTTPError(400, f"{op}: meta.json: trajectories[{i}].seen is for critic_fit only")
 
     def _hyper(self, req):
         try:
@@ -280,7 +273,6 @@ class Trainer:
         """Supervised fine-tuning; a crash loses at most the epoch in flight (_epochs)."""
         h = self._hyper(req)
         _, trajs = self._load_batch(req, need_routing=False)
-        self._refuse_seen(trajs, "sft")
         self._set_lr(self.actor_opt, h.actor_lr)
         inputs, targets, mask = B.pad(trajs, self.device)[:3]   # SFT targets are not samples: temperature 1
 
@@ -324,7 +316,7 @@ class Trainer:
         round on every round's rollouts, the earlier ones marked seen),
         explained_variance the fitted critic's on the whole batch."""
         h = self._hyper(req)
-        _, trajs = self._load_batch(req, need_routing=False)
+        _, trajs = self._load_batch(req, need_routing=False, allow_seen=True)
         self._set_lr(self.critic_opt, h.critic_lr)
         p = B.pad(trajs, self.device)
         inputs, mask = p.inputs, p.mask
@@ -443,7 +435,6 @@ class Trainer:
     def ppo_step(self, req):
         h = self._hyper(req)
         meta, trajs = self._load_batch(req, need_routing=True)
-        self._refuse_seen(trajs, "ppo_step")
         self._set_lr(self.actor_opt, h.actor_lr)
         self._set_lr(self.critic_opt, h.critic_lr)
         p = B.pad(trajs, self.device)

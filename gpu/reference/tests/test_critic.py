@@ -112,8 +112,8 @@ def test_held_out_ev_leaves_out_the_seen_trajectories(tmp_path):
     b, n, o = (results[k]["explained_variance_before"] for k in ("both", "new", "old"))
     assert results["both"]["held_out"] == 8 and results["both"]["trajectories"] == 16
     assert abs(b - n) < 1e-5 and abs(b - o) > 1e-3, f"EV before: pooled {b}, new alone {n}, seen alone {o}"
-    for op in ("sft",):   # ppo_step refuses the same way, after it checks the routing this batch lacks
-        with pytest.raises(httpjson.HTTPError, match=f"{op}: .*seen is for critic_fit only"):
+    for op in ("sft", "ppo_step"):   # before ppo_step reads the routing this batch lacks
+        with pytest.raises(httpjson.HTTPError, match=r"trajectories\[0\]\.seen is for critic_fit only"):
             tr._run(op, {"key": f"x-{op}", "batch_dir": str(both), **fit}, getattr(tr, op))
     for e in entries:
         e["seen"] = True
