@@ -196,6 +196,13 @@ func (s *Spec) SolutionTurns(t inference.ChatTemplate, instruction, solution, sc
 	if err != nil {
 		return nil, err
 	}
+	// The confirmation shows what a rollout's does once the commands ran:
+	// the screen with each command typed at its prompt (what they print is
+	// not known, as for the short harness's ScreenAfter), read as Harbor
+	// reads new output against the first screen.
+	shown := strings.TrimRight(screen, "\n")
+	prompt := shown[strings.LastIndex(shown, "\n")+1:]
+	after := shown[:len(shown)-len(prompt)] + ScreenAfter(prompt, keys)
 	act := func(a T2Action) Pieces { return Pieces{plain(marshalJSON(a)), template(t.EndOfTurn)} }
 	return []Pieces{
 		UserFirstPieces(t, first),
@@ -204,7 +211,7 @@ func (s *Spec) SolutionTurns(t inference.ChatTemplate, instruction, solution, sc
 			Plan:     fmt.Sprintf("Run the %d command(s) that complete the task, then mark it complete.", len(keys)),
 			Commands: keys, TaskComplete: true,
 		}),
-		GluePieces(t, s.ConfirmBefore+s.Limit(s.NewOutputLabel+screen)+s.ConfirmAfter, StitchEOT),
+		GluePieces(t, s.ConfirmBefore+s.Limit(s.IncrementalOutput(&screen, after, after))+s.ConfirmAfter, StitchEOT),
 		act(T2Action{Analysis: "The commands have run.", Plan: "Confirm that the task is complete.", Commands: []Keys{}, TaskComplete: true}),
 	}, nil
 }

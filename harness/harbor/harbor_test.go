@@ -185,6 +185,12 @@ func TestSolutionTurnsAreCleanTerminus2Replies(t *testing.T) {
 	if len(parts) != 4 || !strings.HasPrefix(parts[0].String(), "<u>You are an AI assistant") || strings.Contains(parts[0].String(), "system") {
 		t.Fatalf("first prompt is not Terminus-2's single user message: %q", parts[0].String()[:min(80, len(parts[0].String()))])
 	}
+	// The confirmation shows the commands at their prompts, as a rollout's
+	// screen does once they ran, not the fresh screen before them.
+	ran := spec.NewOutputLabel + "root@sandbox:/app# echo hello > /app/hello.txt\nroot@sandbox:/app# cat /app/hello.txt\nroot@sandbox:/app# "
+	if glue := parts[2].String(); !strings.Contains(glue, spec.ConfirmBefore+ran+spec.ConfirmAfter) {
+		t.Errorf("the confirmation\n%q\nlacks the screen after the commands\n%q", glue, ran)
+	}
 	pending := false
 	for i, want := range []int{2, 0} {
 		reply := strings.TrimSuffix(parts[2*i+1].String(), "<e>")
