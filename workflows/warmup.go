@@ -132,8 +132,9 @@ func CriticWarmupWorkflow(ctx workflow.Context, in WarmupInput) (WarmupResult, e
 	}
 	// The numbers ride in the error's details: a campaign whose operator
 	// skips the stage still reports what the warm-up measured.
-	w.res.Gate = "missed (critic_warmup.require_gate = true): " + w.gateMiss()
-	return w.res, temporal.NewNonRetryableApplicationError("critic warm-up: "+w.gateMiss(), errs.WarmupGate, nil, w.res)
+	why := w.gateMiss()
+	w.res.Gate = "missed (critic_warmup.require_gate = true): " + why
+	return w.res, temporal.NewNonRetryableApplicationError("critic warm-up: "+why, errs.WarmupGate, nil, w.res)
 }
 
 // round collects Epochs batches and fits the critic on them.
