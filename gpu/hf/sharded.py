@@ -542,10 +542,12 @@ class ShardedTrainer(T.Trainer):
             self.actor = self._random_actor(0)   # the architecture; DCP fills the weights
             self._tokenizer_from(self.state_dir)
             path = os.path.join(self.state_dir, DCP_DIR)
-            head = dcp.FileSystemReader(path).read_metadata().state_dict_metadata.get("critic.model.value_head.weight")
+            saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+            head = saved.get("critic.model.value_head.weight")
             pool = None if head is None else \
                 T.pooled_head(head.size[-1], self.actor.get_decoder().config.hidden_size, path)   # a state from before the mean: h_t alone
-            self.critic = self._critic_with(None, None, pool=pool)
+            op = "max" if head is None or "critic.model." + T.POOL_MAX_MARK in saved else "mean"
+            self.critic = self._critic_with(None, None, pool=pool, op=op)
             self._new_optimizers()
             dcp.load(self._stateful(path), checkpoint_id=path)
             self.version = st["version"]

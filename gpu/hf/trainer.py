@@ -57,22 +57,31 @@ VERSION_FILE = "t1flow.json"
 class Critic(nn.Module):
     """The policy's backbone (no LM head) with a scalar value head.
 
-    With pool (every critic the trainer makes) the head reads [h_t, the mean
-    of h over the response up to t], as the reference's did before its
-    running max (gpu/reference/model.py pool_response, value_pool_op; not
-    ported here: docs/learning.md): a language model's state at t serves the next token and
-    forgets a deciding token once nothing ahead depends on it. The response
-    starts at start (B,), the input position of the first loss token (the
-    last token of the assistant's header), which the trainer reads from the
-    batch's loss mask: this model's tokens do not say where its chat
-    template's header is. A critic saved before the head read the mean (its
-    value_head is hidden_size wide) loads with pool off and reads h_t alone
-    (Trainer._critic_with)."""
+    With pool (every critic the trainer makes) the head reads [h_t, a
+    summary of h over the response up to t]: a language model's state at t
+    serves the next token and forgets a deciding token once nothing ahead
+    depends on it. The summary is the running max (op "max", every critic
+    made now, as the reference's gpu/reference/model.py pool_response), which
+    keeps a deciding token's mark at full strength where the running mean
+    dilutes it by 1/t. A max-pooled critic carries the buffer value_pool_max
+    in its state dict, so its files say which it is (critic.safetensors, the
+    sharded export, the DCP state); one saved without it reads the mean, as
+    it was trained. The response starts at start (B,), the input position of
+    the first loss token (the last token of the assistant's header), which
+    the trainer reads from the batch's loss mask: this model's tokens do not
+    say where its chat template's header is. A critic saved before the head
+    read any summary (its value_head is hidden_size wide) loads with pool off
+    and reads h_t alone (Trainer._critic_with)."""
 
-    def __init__(self, backbone, pool=True):
+    def __init__(self, backbone, pool=True, op="max"):
         super().__init__()
+        if op not in ("mean", "max"):
+            raise ValueError(f"value pool op {op!r}: want mean or max")
         self.backbone = backbone
         self.pool = pool
+        self.op = op if pool else None
+        if self.op == "max":
+            self.register_buffer(POOL_MAX_MARK, torch.ones(1))
         width = backbone.config.hidden_size * (2 if pool else 1)
         self.value_head = nn.Linear(width, 1)
 
@@ -82,21 +91,34 @@ class Critic(nn.Module):
         (FSDP2's hooks on forward) gathers its parameters for them."""
         h = self.backbone(input_ids=ids, use_cache=False).last_hidden_state
         if self.pool:
-            h = pool_response(h, start)
+            h = pool_response(h, start, self.op)
         return h if features else self.value_head(h).squeeze(-1)
 
 
-def pool_response(h, start):
-    """[h_t, mean of h over positions start..t] (B, T, 2C); zeros before
-    start, and start 0 when None. The running mean is taken in float32 (under
-    bfloat16 autocast the states are bfloat16)."""
+# The state-dict key that marks a critic whose head reads the running max.
+POOL_MAX_MARK = "value_pool_max"
+
+
+def pool_response(h, start, op="mean"):
+    """[h_t, summary of h over positions start..t] (B, T, 2C), the summary
+    the running mean (op "mean") or max ("max"); zeros before start, and
+    start 0 when None. Taken in float32 (under bfloat16 autocast the states
+    are bfloat16)."""
     B, T = h.shape[:2]
     if start is None:
         start = torch.zeros(B, dtype=torch.long, device=h.device)
     hf = h.float()
-    started = (torch.arange(T, device=h.device)[None, :] >= start.to(h.device)[:, None]).unsqueeze(-1).to(hf.dtype)
-    mean = (hf * started).cumsum(1) / started.cumsum(1).clamp(min=1)
-    return torch.cat([hf, mean], dim=-1).to(h.dtype)
+    started = (torch.arange(T, device=h.device)[None, :] >= start.to(h.device)[:, None]).unsqueeze(-1)
+    if op == "max":
+        low = torch.full_like(hf, torch.finfo(hf.dtype).min)
+        peak = torch.cummax(torch.where(started, hf, low), 1).values
+        summary = torch.where(started, peak, torch.zeros_like(hf))
+    elif op == "mean":
+        on = started.to(hf.dtype)
+        summary = (hf * on).cumsum(1) / on.cumsum(1).clamp(min=1)
+    else:
+        raise ValueError(f"value pool op {op!r}: want mean or max")
+    return torch.cat([hf, summary], dim=-1).to(h.dtype)
 
 
 def response_start(mask):
@@ -197,14 +219,15 @@ class Trainer(reference.Trainer):
             sd = load_file(path)
         return self._critic_with(sd, path)
 
-    def _critic_with(self, sd, where, pool=None):
+    def _critic_with(self, sd, where, pool=None, op="max"):
         """A critic on a copy of the policy's backbone: with the state dict sd
-        (read from where), its head as wide as sd's; without, a fresh head
-        (pool unless said)."""
+        (read from where), its head as wide as sd's and pooled as sd's marker
+        says; without, a fresh head (pool and op unless said)."""
         body = copy.deepcopy(self.actor.get_decoder())
         if sd is not None and "value_head.weight" in sd:
             pool = pooled_head(sd["value_head.weight"].shape[-1], body.config.hidden_size, where)
-        critic = Critic(body, pool=True if pool is None else pool)
+            op = "max" if POOL_MAX_MARK in sd else "mean"
+        critic = Critic(body, pool=True if pool is None else pool, op=op)
         if sd is not None:
             critic_state(critic, sd, where)
         else:

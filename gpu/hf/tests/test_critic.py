@@ -108,6 +108,7 @@ def test_a_critic_saved_before_the_response_mean_still_loads(tiny, tmp_path):
     sd = load_file(str(path))
     H = tr.critic.backbone.config.hidden_size
     sd["value_head.weight"] = torch.randn(1, H)   # the old head: h_t alone
+    del sd[T.POOL_MAX_MARK]                        # saved before the max (and its marker) existed
     save_file(sd, str(path))
     tr._load(str(old))
     assert not tr.critic.pool
@@ -120,3 +121,44 @@ def test_a_critic_saved_before_the_response_mean_still_loads(tiny, tmp_path):
     save_file(sd, str(path))
     with pytest.raises(ValueError, match=T.CRITIC_FILE):
         tr._load(str(old))
+
+
+def test_the_critic_reads_the_running_max_and_its_files_say_so(tiny, tmp_path):
+    """Every critic made now reads [h_t, running max of h over the response]
+    (as the reference's), and its saved state carries the marker
+    value_pool_max, so it reloads as max; a pooled critic saved without the
+    marker (before the max) reloads reading the mean it was trained with."""
+    from safetensors.torch import load_file, save_file
+
+    ck = tiny("qwen3_moe")
+    tr = make_trainer(tmp_path / "w", ck)
+    assert tr.critic.pool and tr.critic.op == "max"
+    ids = torch.tensor([[5, 6, 7, 8, 9, 10]])
+    mask = torch.tensor([[0, 0, 1, 1, 1, 1]], dtype=torch.bool)
+    with torch.no_grad():
+        h = tr.critic.backbone(input_ids=ids).last_hidden_state.float()
+        x = tr._value_features(ids, mask)
+    C = h.shape[-1]
+    assert torch.allclose(x[0, :, :C], h[0], atol=1e-5)
+    assert torch.equal(x[0, :2, C:], torch.zeros(2, C))   # before the response: nothing
+    assert torch.allclose(x[0, 2:, C:], torch.cummax(h[0, 2:], 0).values, atol=1e-5)
+    assert not torch.allclose(x[0, 3:, C:], torch.cumsum(h[0, 2:], 0)[1:] / torch.arange(2, 5)[:, None], atol=1e-3)
+
+    saved = tmp_path / "saved"
+    tr._save(str(saved))
+    sd = load_file(str(saved / T.CRITIC_FILE))
+    assert T.POOL_MAX_MARK in sd
+    with torch.no_grad():
+        want = tr._values(ids, mask=mask)
+    tr._load(str(saved))
+    assert tr.critic.op == "max"
+    with torch.no_grad():
+        assert torch.allclose(tr._values(ids, mask=mask), want, atol=1e-5)
+
+    del sd[T.POOL_MAX_MARK]   # a pooled critic from before the max
+    save_file(sd, str(saved / T.CRITIC_FILE))
+    tr._load(str(saved))
+    assert tr.critic.op == "mean" and T.POOL_MAX_MARK not in tr.critic.state_dict()
+    with torch.no_grad():
+        x = tr._value_features(ids, mask)
+    assert torch.allclose(x[0, 2:, C:], torch.cumsum(h[0, 2:], 0) / torch.arange(1, 5)[:, None], atol=1e-4)
