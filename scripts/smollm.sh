@@ -15,6 +15,7 @@ MODEL=${SMOLLM2:-$STATE/models/smollm2-135m}
 CAMPAIGN=${T1FLOW_SMOLLM_CAMPAIGN:-examples/campaigns/smollm.toml}
 # Pool sizes and names: the campaign file's [pools] must name these pools
 # (T1FLOW_SMOLLM_POOLS=wq with smollm-quick.toml, whose sizes are 16 24 6 2: SFT, train, held-out, warm-up).
+# T1FLOW_SMOLLM_FAMILY_FLAGS: more flags for examples/learn (smollm-check.toml: -rl-templates).
 POOLS=${T1FLOW_SMOLLM_POOLS:-words}
 read -r N_SFT N_TRAIN N_HELDOUT N_WARMUP <<<"${T1FLOW_SMOLLM_SIZES:-32 64 24 8}"
 # Its own sandbox host name: another worker on this machine under the
@@ -63,7 +64,8 @@ fi
 echo "== 1. the write-word family: SFT, training, warm-up and held-out pools"
 W=$STATE/$POOLS
 rm -rf "$W"
-go run ./examples/learn -family words -out "$W" -sft "$N_SFT" -train "$N_TRAIN" -heldout "$N_HELDOUT"
+# shellcheck disable=SC2086 # T1FLOW_SMOLLM_FAMILY_FLAGS: more flags of examples/learn, split on spaces
+go run ./examples/learn -family words -out "$W" -sft "$N_SFT" -train "$N_TRAIN" -heldout "$N_HELDOUT" ${T1FLOW_SMOLLM_FAMILY_FLAGS:-}
 bin/starter tasks import "$W/sft" --pool "$POOLS-sft"
 bin/starter tasks import "$W/train" --pool "$POOLS-train"
 bin/starter tasks import $(ls -d "$W"/train/* | head -n "$N_WARMUP") --pool "$POOLS-warmup"

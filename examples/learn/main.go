@@ -24,13 +24,14 @@ func main() {
 	fam := flag.String("family", "hello", "hello (write-hello) or words (write-word: the answer is the instruction's word)")
 	state := flag.Bool("state-word", false, "hello: the SFT reply names the word in its analysis before the command (docs/learning.md)")
 	check := flag.Bool("check", false, "hello: the solution reads the file back (cat /app/o) after writing it (docs/learning.md)")
+	rlTemplates := flag.Bool("rl-templates", false, "words: the training (PPO) variants use wordings of their own, which no SFT variant uses (docs/learning.md)")
 	flag.Parse()
 	var write func(string) ([]string, []string, []string, error)
 	switch *fam {
 	case "hello":
 		write = family.Hello{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed, StateWord: *state, Check: *check}.Write
 	case "words":
-		write = family.Words{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write
+		write = family.Words{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed, RLTemplates: *rlTemplates}.Write
 	default:
 		fmt.Fprintf(os.Stderr, "learn: -family %q: must be hello or words\n", *fam)
 		os.Exit(2)

@@ -12,10 +12,23 @@ import (
 // Training and SFT variants ask for words of TrainWords, held-out variants
 // for words of HeldOutWords, which no SFT or training variant ever names,
 // on sentence templates no SFT or training variant uses either.
+//
+// With RLTemplates the training (PPO) variants use sentence templates of
+// their own too, which no SFT variant uses (RLTemplates below): SFT then
+// teaches the action on some wordings, PPO meets others, and the held-out
+// evals a third set. A pretrained model after SFT writes the right action
+// for nearly every SFT-worded task, so a PPO pool on SFT's wordings leaves
+// it no return to learn from (docs/learning.md, "The real-model family").
 type Words struct {
 	SFT, Train, HeldOut int
 	Seed                int64
+	RLTemplates         bool
 }
+
+// RLTemplates index helloTemplates: with Words.RLTemplates only training
+// variants use them. Both name the file before the word, as the held-out
+// "Make %[2]s contain %[1]s." does, the wording SmolLM2 after SFT misread.
+var RLTemplates = map[int]bool{1: true, 4: true}
 
 var (
 	// TrainWords and HeldOutWords are disjoint, five letters each (the
@@ -28,6 +41,18 @@ var (
 func (w Words) Variants() (sft, train, heldOut []Variant) {
 	r := rand.New(rand.NewSource(w.Seed))
 	trainT, heldT := templateSplit()
+	sftT := trainT
+	if w.RLTemplates {
+		var sftOnly, rlOnly []int
+		for _, t := range trainT {
+			if RLTemplates[t] {
+				rlOnly = append(rlOnly, t)
+			} else {
+				sftOnly = append(sftOnly, t)
+			}
+		}
+		sftT, trainT = sftOnly, rlOnly
+	}
 	seen := map[string]bool{}
 	gen := func(kind string, n int, templates []int, words []string) []Variant {
 		out := make([]Variant, 0, n)
@@ -45,7 +70,7 @@ func (w Words) Variants() (sft, train, heldOut []Variant) {
 		}
 		return out
 	}
-	return gen("sft", w.SFT, trainT, TrainWords), gen("train", w.Train, trainT, TrainWords), gen("heldout", w.HeldOut, heldT, HeldOutWords)
+	return gen("sft", w.SFT, sftT, TrainWords), gen("train", w.Train, trainT, TrainWords), gen("heldout", w.HeldOut, heldT, HeldOutWords)
 }
 
 // Write generates the family under dir as Hello.Write does.

@@ -52,3 +52,53 @@ func TestWordsHeldOutAnswersAreNeverTrained(t *testing.T) {
 		t.Fatalf("solution %q does not write the instruction's word %q", sol, word)
 	}
 }
+
+// TestWordsRLTemplatesAreTheirOwn: with RLTemplates, training variants use
+// only RLTemplates' wordings, SFT variants none of them, and held-out
+// variants neither set's; without it SFT and training share their wordings.
+func TestWordsRLTemplatesAreTheirOwn(t *testing.T) {
+	template := func(v Variant) int {
+		i := strings.LastIndex(v.Name, "-t")
+		n := 0
+		for _, c := range v.Name[i+2:] {
+			n = n*10 + int(c-'0')
+		}
+		return n
+	}
+	sft, train, held := Words{SFT: 40, Train: 40, HeldOut: 24, Seed: 3, RLTemplates: true}.Variants()
+	used := map[string]map[int]bool{"sft": {}, "train": {}, "heldout": {}}
+	for kind, vs := range map[string][]Variant{"sft": sft, "train": train, "heldout": held} {
+		for _, v := range vs {
+			used[kind][template(v)] = true
+		}
+	}
+	for tpl := range used["train"] {
+		if !RLTemplates[tpl] {
+			t.Errorf("training variants use template %d, not one of RLTemplates %v", tpl, RLTemplates)
+		}
+	}
+	for tpl := range used["sft"] {
+		if RLTemplates[tpl] || HeldOutTemplates[tpl] {
+			t.Errorf("SFT variants use template %d (RL or held-out)", tpl)
+		}
+	}
+	for tpl := range used["heldout"] {
+		if !HeldOutTemplates[tpl] {
+			t.Errorf("held-out variants use template %d", tpl)
+		}
+	}
+	if len(used["train"]) != len(RLTemplates) || len(used["sft"]) < 3 {
+		t.Errorf("templates used: %v", used)
+	}
+	sft, train, _ = Words{SFT: 40, Train: 40, HeldOut: 4, Seed: 3}.Variants()
+	inSFT, inTrain := false, false
+	for _, v := range sft {
+		inSFT = inSFT || RLTemplates[template(v)]
+	}
+	for _, v := range train {
+		inTrain = inTrain || RLTemplates[template(v)]
+	}
+	if !inSFT || !inTrain {
+		t.Errorf("without RLTemplates SFT (%v) and training (%v) variants should both use its templates", inSFT, inTrain)
+	}
+}
