@@ -78,3 +78,5 @@ bin/starter campaign start -f "$CAMPAIGN" --wait
 stamp "campaign done"
 bin/starter report "$NAME" --html "$STATE/$NAME-report.html"
 echo "report: $STATE/$NAME-report.html (bin/starter report $NAME --json for the numbers)"
+echo "issue 27's learning bars (docs/learning.md):"
+bin/starter report "$NAME" --bars || echo "smollm: the campaign finished but missed a learning bar (above)"
