@@ -204,6 +204,7 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 	}
 	err = c.runBatch(ctx, workflow.ExecuteChildWorkflow(cctx, CriticWarmupWorkflow, WarmupInput{
 		RolloutBatch: b, Epochs: w.Epochs, FitEpochs: w.FitEpochs, Gate: w.EVGate, MaxRounds: w.MaxRounds, Advisory: !w.RequireGate,
+		CriticLR: c.cfg.PPO.CriticLR,
 	}), &res)
 	if err != nil {
 		if gateMissed(err, &res) {

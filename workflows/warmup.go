@@ -23,6 +23,9 @@ type WarmupInput struct {
 	// critic_warmup.require_gate = false), for policies whose rollouts all
 	// score the same, where EV is undefined.
 	Advisory bool `json:"advisory,omitempty"`
+	// CriticLR overrides the preset's critic learning rate in the fits
+	// (config ppo.critic_lr; 0: the preset's).
+	CriticLR float64 `json:"critic_lr,omitempty"`
 	// Resume is where a run that continued as new left off (its
 	// collection in progress is RolloutBatch.Window).
 	Resume *WarmupResume `json:"resume,omitempty"`
@@ -165,7 +168,7 @@ func (w *warmup) round(ctx, gctx workflow.Context, round int) (gpu.Metrics, erro
 	var m gpu.Metrics
 	err := workflow.ExecuteActivity(gctx, gact.TrainerCriticFit, gpu.TrainInput{
 		Key: fmt.Sprintf("%scritic/%d", in.KeyPrefix, round), Trajectories: batch, Chunks: chunks, Seen: w.seen, SeenChunks: w.seenChunks,
-		Preset: in.Preset, Hyper: map[string]any{"epochs": in.FitEpochs},
+		Preset: in.Preset, Hyper: fitHyper(in),
 	}).Get(ctx, &m)
 	if err != nil || !w.pooled {
 		return m, err
@@ -246,4 +249,13 @@ func fmtEVp(p *float64) string {
 		return "undefined"
 	}
 	return fmt.Sprintf("%.3f", *p)
+}
+
+// fitHyper is what a warm-up fit sends the trainer beyond the preset.
+func fitHyper(in WarmupInput) map[string]any {
+	h := map[string]any{"epochs": in.FitEpochs}
+	if in.CriticLR > 0 {
+		h["critic_lr"] = in.CriticLR
+	}
+	return h
 }

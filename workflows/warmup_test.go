@@ -193,3 +193,14 @@ func TestWarmupRefusesATrainerThatIgnoresSeenAndSpillsSeenToTheStore(t *testing.
 		t.Fatalf("round 3's fit: %d inline seen, %d seen chunks; want rounds 1-2's 4 in one chunk", len(f.Seen), len(f.SeenChunks))
 	}
 }
+
+// A warm-up fit sends the campaign's ppo.critic_lr when set (the critic PPO
+// then trains), and only its epochs when not (the preset's rate).
+func TestWarmupFitSendsTheCampaignsCriticRate(t *testing.T) {
+	if h := fitHyper(WarmupInput{FitEpochs: 5}); len(h) != 1 || h["epochs"] != 5 {
+		t.Fatalf("unset: %v", h)
+	}
+	if h := fitHyper(WarmupInput{FitEpochs: 5, CriticLR: 1e-4}); len(h) != 2 || h["critic_lr"] != 1e-4 || h["epochs"] != 5 {
+		t.Fatalf("set: %v", h)
+	}
+}

@@ -65,7 +65,14 @@ type Config struct {
 		RequireGate bool `toml:"require_gate" json:"require_gate"`
 	} `toml:"critic_warmup" json:"critic_warmup"`
 	PPO struct {
-		Steps              int     `toml:"steps" json:"steps"`
+		Steps int `toml:"steps" json:"steps"`
+		// ActorLR and CriticLR override the preset's learning rates for the
+		// PPO steps (0: the preset's); CriticLR the warm-up's critic fits
+		// too, which train the same critic. The t1 preset's 1e-6 and 1.5e-5
+		// are the paper's, for a 32B model on large batches: a 135M model
+		// on a few rollouts a step barely moves at them.
+		ActorLR            float64 `toml:"actor_lr" json:"actor_lr,omitempty"`
+		CriticLR           float64 `toml:"critic_lr" json:"critic_lr,omitempty"`
 		TasksPerStep       int     `toml:"tasks_per_step" json:"tasks_per_step"`
 		Concurrency        int     `toml:"concurrency" json:"concurrency"`
 		TurnCap            int     `toml:"turn_cap" json:"turn_cap"`
@@ -230,6 +237,8 @@ func (ch *checker) check(c *Config) {
 		{"policy.harness", c.Policy.Harness != "terminus-2" && c.Policy.Harness != "short", fmt.Sprintf("= %q must be terminus-2 or short", c.Policy.Harness)},
 		positive("sft.epochs", c.SFT.Epochs),
 		{"sft.actor_lr", c.SFT.ActorLR < 0, fmt.Sprintf("= %v must be >= 0 (0: the preset's)", c.SFT.ActorLR)},
+		{"ppo.actor_lr", !(c.PPO.ActorLR >= 0), fmt.Sprintf("= %v must be >= 0 (0: the preset's)", c.PPO.ActorLR)},
+		{"ppo.critic_lr", !(c.PPO.CriticLR >= 0), fmt.Sprintf("= %v must be >= 0 (0: the preset's)", c.PPO.CriticLR)},
 		nonNegative("sft.minibatches", c.SFT.Minibatches),
 		{"sft.lr_schedule", c.SFT.LRSchedule != "" && c.SFT.LRSchedule != "constant" && c.SFT.LRSchedule != "cosine", fmt.Sprintf("= %q must be constant or cosine", c.SFT.LRSchedule)},
 		nonNegative("critic_warmup.epochs", c.CriticWarmup.Epochs),
@@ -263,13 +272,24 @@ func (ch *checker) check(c *Config) {
 func validISCorrection(s string) bool { return s == "none" || s == "tis" || s == "mis" }
 
 // PPOHyper is what a PPO step sends the trainer beyond the preset: the
-// off-policy correction when one is set (none sends nothing, so the trainer
-// runs its default loss).
+// learning rates when set, and the off-policy correction when one is set
+// (none sends nothing, so the trainer runs its default loss). Nil when
+// there is nothing to send.
 func (c *Config) PPOHyper() map[string]any {
-	if c.PPO.ISCorrection == "" || c.PPO.ISCorrection == "none" {
+	h := map[string]any{}
+	if c.PPO.ActorLR > 0 {
+		h["actor_lr"] = c.PPO.ActorLR
+	}
+	if c.PPO.CriticLR > 0 {
+		h["critic_lr"] = c.PPO.CriticLR
+	}
+	if c.PPO.ISCorrection != "" && c.PPO.ISCorrection != "none" {
+		h["is_correction"], h["is_cap"] = c.PPO.ISCorrection, c.PPO.ISCap
+	}
+	if len(h) == 0 {
 		return nil
 	}
-	return map[string]any{"is_correction": c.PPO.ISCorrection, "is_cap": c.PPO.ISCap}
+	return h
 }
 
 // Describe lists the fields at fault, one per line, indented under a heading.

@@ -159,3 +159,24 @@ func TestCheckpointRetentionSetting(t *testing.T) {
 		t.Fatalf("error does not name %q: %v", want, err)
 	}
 }
+
+// PPO's learning rates: unset sends nothing (the preset's), set they ride in
+// every PPO step's hyper beside an off-policy correction, and a negative or
+// NaN rate is refused naming the field.
+func TestPPOLearningRates(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	c, err := Parse("c.toml", base+"[ppo]\nactor_lr = 2e-5\ncritic_lr = 1e-4\nis_correction = \"tis\"\n")
+	if h := c.PPOHyper(); err != nil || h["actor_lr"] != 2e-5 || h["critic_lr"] != 1e-4 || h["is_correction"] != "tis" {
+		t.Fatalf("rates and tis: %v %v", h, err)
+	}
+	c, err = Parse("c.toml", base+"[ppo]\nactor_lr = 2e-5\n")
+	if h := c.PPOHyper(); err != nil || len(h) != 1 || h["actor_lr"] != 2e-5 {
+		t.Fatalf("actor only: %v %v", h, err)
+	}
+	_, err = Parse("c.toml", base+"[ppo]\nactor_lr = -1e-5\ncritic_lr = nan\n")
+	for _, want := range []string{"c.toml: ppo.actor_lr = -1e-05 must be >= 0", "c.toml: ppo.critic_lr = NaN must be >= 0"} {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("error does not name %q: %v", want, err)
+		}
+	}
+}
