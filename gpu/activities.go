@@ -30,8 +30,11 @@ type Activities struct {
 	// ProbeTolerance is how far an engine's log-probs on the reload probe may
 	// be from the trainer's (0: by the serving dtype, reload.go).
 	ProbeTolerance float64
-	Store          store.Store
-	WorkDir        string // local scratch: batches/ and checkpoints/
+	// UntieHead: the local engine serves tied checkpoints untied (stock vLLM
+	// on CPU, untied.go), so every checkpoint it loads carries its LM head.
+	UntieHead bool
+	Store     store.Store
+	WorkDir   string // local scratch: batches/ and checkpoints/
 	// Running reports whether a campaign's workflow still runs (for the
 	// trainer's lease, lease.go); nil: a holder is taken to run.
 	Running func(ctx context.Context, campaign string) (bool, error)

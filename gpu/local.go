@@ -85,11 +85,21 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 		return nil, fmt.Errorf("%s trainer: %w (python: %s; %s)", b.Name, err, b.Python, hint)
 	}
 	url := o.Inference
+	untieHead, probeTol := false, 0.0
 	if url == "" {
 		// The server records what it serves, and keeps its port: a worker
 		// restarted after a crash brings back the same URL serving the same
 		// weights, so a campaign's rollouts go on sampling the version it expects.
-		cmd, env, err := b.EngineCommand(o.InferenceEngine, o.Init, infSlot, filepath.Join(work, "inference.served.json"), o.ServerArgs...)
+		model, args, untie, err := engineModel(o, work, infSlot)
+		if err != nil {
+			l.Trainer.Stop()
+			return nil, err
+		}
+		untieHead = untie
+		if kind, _ := inference.ParseEngineKind(o.InferenceEngine); kind == inference.EngineVLLM && infSlot.Device() == "cpu" {
+			probeTol = vllmCPUProbeTol
+		}
+		cmd, env, err := b.EngineCommand(o.InferenceEngine, model, infSlot, filepath.Join(work, "inference.served.json"), args...)
 		if err != nil {
 			l.Trainer.Stop()
 			return nil, err
@@ -131,7 +141,35 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 	if b.Name == BackendHF {
 		l.Acts.Model = o.Init
 	}
+	l.Acts.UntieHead, l.Acts.ProbeTolerance = untieHead, probeTol
 	return l, nil
+}
+
+// vllmCPUProbeTol is the reload probe's tolerance for the stock vLLM this
+// worker starts on a CPU slot (float32, VLLMCommand; vLLM does not report
+// its dtype, which would give 0.1): its log-probs were within 5e-4 of the
+// hf trainer's on SmolLM2 after SFT, and gpu/hf/tests/test_vllm.py holds
+// them to 2e-3, while a reload that left the LM head stale (untied.go) was
+// 0.1-0.4 off.
+const vllmCPUProbeTol = 2e-3
+
+// engineModel is the model directory and extra arguments the local engine
+// starts with: stock vLLM on a CPU slot loads a tied checkpoint untied
+// (untied.go), from a view of it under work; every other engine o.Init.
+func engineModel(o LocalOptions, work string, slot Slot) (string, []string, bool, error) {
+	kind, err := inference.ParseEngineKind(o.InferenceEngine)
+	if err != nil || kind != inference.EngineVLLM || slot.Device() != "cpu" || o.Init == "" || o.Init == "random" {
+		return o.Init, o.ServerArgs, false, nil
+	}
+	tied, err := tiedEmbeddings(o.Init)
+	if err != nil || !tied {
+		return o.Init, o.ServerArgs, false, nil // EngineCommand and the engine report a bad model
+	}
+	view := filepath.Join(work, "vllm-model")
+	if err := untiedView(o.Init, view); err != nil {
+		return "", nil, false, fmt.Errorf("vllm: an untied view of %s (its LM head is tied to the embedding): %w", o.Init, err)
+	}
+	return view, append(append([]string{}, untieOverride...), o.ServerArgs...), true, nil
 }
 
 // Stop ends the processes.

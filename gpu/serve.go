@@ -131,6 +131,15 @@ func (a *Activities) servingCheckpoint(ctx context.Context, ck Checkpoint) (stri
 			}
 		}
 	}
+	if a.UntieHead {
+		if tied, err := tiedEmbeddings(dir); err != nil {
+			return "", errs.Infraf("%v", err)
+		} else if tied {
+			if err := writeUntiedHead(dir, tmp); err != nil {
+				return "", errs.Infraf("%v", err)
+			}
+		}
+	}
 	os.RemoveAll(serve)
 	if err := os.Rename(tmp, serve); err != nil {
 		return "", errs.Infraf("%v", err)

@@ -35,7 +35,7 @@ $ python3 -c 'print(sum(range(10)))'
 The quick brown fox jumps over the lazy dog. 0123456789 !@#$%^&*()_+-=[]{};:'",.<>/?
 """
 
-ARCHS = ("qwen3_moe", "olmoe", "mixtral", "llama")
+ARCHS = ("qwen3_moe", "olmoe", "mixtral", "llama", "llama-tied")
 
 
 def build_tokenizer(vocab_size=512):
@@ -73,8 +73,11 @@ def build_config(arch, vocab, eos, pad, initializer_range=ROUTING_INIT_RANGE):
         return OlmoeConfig(num_key_value_heads=4, intermediate_size=32, num_experts=8, norm_topk_prob=False, **common)
     if arch == "mixtral":
         return MixtralConfig(num_key_value_heads=2, intermediate_size=32, num_local_experts=4, **common)
-    if arch == "llama":  # dense (no MoE layer): SmolLM2's architecture, for stock vLLM
+    if arch in ("llama", "llama-tied"):  # dense (no MoE layer): SmolLM2's architecture, for stock vLLM
         common.pop("num_experts_per_tok")
+        # llama-tied ties the LM head to the embedding, as SmolLM2 does
+        # (vLLM on CPU serves such a model untied: gpu/untied.go).
+        common["tie_word_embeddings"] = arch == "llama-tied"
         # head_dim 64 as SmolLM2 (vLLM's CPU attention has no kernel for 16).
         common.update(num_attention_heads=2)
         return LlamaConfig(num_key_value_heads=1, head_dim=64, intermediate_size=128, **common)

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 )
 
@@ -149,4 +150,78 @@ func (t Tensor) AsInt32() ([]int32, error) {
 		out[i] = int32(binary.LittleEndian.Uint32(t.Data[4*i:]))
 	}
 	return out, nil
+}
+
+// Header reads a safetensors file's tensor entries (names, dtypes, shapes,
+// byte ranges) without its data, and the offset the data starts at.
+func Header(file string) (map[string]Entry, int64, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer f.Close()
+	var n uint64
+	if err := binary.Read(f, binary.LittleEndian, &n); err != nil {
+		return nil, 0, fmt.Errorf("%s: header length: %w", file, err)
+	}
+	if n > 100<<20 {
+		return nil, 0, fmt.Errorf("%s: a header of %d bytes is not a safetensors header", file, n)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(f, b); err != nil {
+		return nil, 0, fmt.Errorf("%s: header: %w", file, err)
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, 0, fmt.Errorf("%s: header: %w", file, err)
+	}
+	out := map[string]Entry{}
+	for k, v := range raw {
+		if k == "__metadata__" {
+			continue
+		}
+		var e headerEntry
+		if err := json.Unmarshal(v, &e); err != nil {
+			return nil, 0, fmt.Errorf("%s: tensor %s: %w", file, k, err)
+		}
+		out[k] = Entry(e)
+	}
+	return out, 8 + int64(n), nil
+}
+
+// Entry is one tensor's header entry.
+type Entry struct {
+	DType       string
+	Shape       []int
+	DataOffsets [2]int64
+}
+
+// ReadTensor reads one tensor of a safetensors file, and only its bytes.
+func ReadTensor(file, name string) (Tensor, error) {
+	h, start, err := Header(file)
+	if err != nil {
+		return Tensor{}, err
+	}
+	e, ok := h[name]
+	if !ok {
+		return Tensor{}, fmt.Errorf("%s: no tensor %s", file, name)
+	}
+	size, ok := itemSize[e.DType]
+	if !ok {
+		return Tensor{}, fmt.Errorf("%s: tensor %s: dtype %q is not supported", file, name, e.DType)
+	}
+	s, end := e.DataOffsets[0], e.DataOffsets[1]
+	if s < 0 || end < s || int(end-s) != elements(e.Shape)*size {
+		return Tensor{}, fmt.Errorf("%s: tensor %s: byte range %d..%d does not fit shape %v", file, name, s, end, e.Shape)
+	}
+	f, err := os.Open(file)
+	if err != nil {
+		return Tensor{}, err
+	}
+	defer f.Close()
+	data := make([]byte, end-s)
+	if _, err := f.ReadAt(data, start+s); err != nil {
+		return Tensor{}, fmt.Errorf("%s: tensor %s: %w (truncated?)", file, name, err)
+	}
+	return Tensor{DType: e.DType, Shape: e.Shape, Data: data}, nil
 }
