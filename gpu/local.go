@@ -96,7 +96,7 @@ func StartLocal(ctx context.Context, o LocalOptions) (*Local, error) {
 			return nil, err
 		}
 		untieHead = untie
-		if kind, _ := inference.ParseEngineKind(o.InferenceEngine); kind == inference.EngineVLLM && infSlot.Device() == "cpu" {
+		if vllmOnCPU(o.InferenceEngine, infSlot) {
 			probeTol = vllmCPUProbeTol
 		}
 		cmd, env, err := b.EngineCommand(o.InferenceEngine, model, infSlot, filepath.Join(work, "inference.served.json"), args...)
@@ -157,8 +157,7 @@ const vllmCPUProbeTol = 2e-3
 // starts with: stock vLLM on a CPU slot loads a tied checkpoint untied
 // (untied.go), from a view of it under work; every other engine o.Init.
 func engineModel(o LocalOptions, work string, slot Slot) (string, []string, bool, error) {
-	kind, err := inference.ParseEngineKind(o.InferenceEngine)
-	if err != nil || kind != inference.EngineVLLM || slot.Device() != "cpu" || o.Init == "" || o.Init == "random" {
+	if !vllmOnCPU(o.InferenceEngine, slot) || o.Init == "" || o.Init == "random" {
 		return o.Init, o.ServerArgs, false, nil
 	}
 	tied, err := tiedEmbeddings(o.Init)
@@ -166,7 +165,7 @@ func engineModel(o LocalOptions, work string, slot Slot) (string, []string, bool
 		return o.Init, o.ServerArgs, false, nil // EngineCommand and the engine report a bad model
 	}
 	view := filepath.Join(work, "vllm-model")
-	if err := untiedView(o.Init, view); err != nil {
+	if err := linkView(o.Init, view, func(string) bool { return true }, true); err != nil {
 		return "", nil, false, fmt.Errorf("vllm: an untied view of %s (its LM head is tied to the embedding): %w", o.Init, err)
 	}
 	return view, append(append([]string{}, untieOverride...), o.ServerArgs...), true, nil

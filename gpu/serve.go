@@ -107,41 +107,13 @@ func (a *Activities) servingCheckpoint(ctx context.Context, ck Checkpoint) (stri
 		return "", err
 	}
 	serve := dir + ".serve"
-	tmp := serve + ".tmp"
-	os.RemoveAll(tmp)
-	if err := os.MkdirAll(tmp, 0o755); err != nil {
-		return "", errs.Infraf("%v", err)
-	}
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return "", errs.Infraf("%v", err)
-	}
-	for _, e := range ents {
-		if !servedFile(e.Name()) {
-			continue
-		}
-		src, dst := filepath.Join(dir, e.Name()), filepath.Join(tmp, e.Name())
-		if err := os.Link(src, dst); err != nil {
-			b, rerr := os.ReadFile(src)
-			if rerr != nil {
-				return "", errs.Infraf("%v", rerr)
-			}
-			if err := os.WriteFile(dst, b, 0o644); err != nil {
-				return "", errs.Infraf("%v", err)
-			}
-		}
-	}
+	untie := false
 	if a.UntieHead {
-		if tied, err := tiedEmbeddings(dir); err != nil {
+		if untie, err = tiedEmbeddings(dir); err != nil {
 			return "", errs.Infraf("%v", err)
-		} else if tied {
-			if err := writeUntiedHead(dir, tmp); err != nil {
-				return "", errs.Infraf("%v", err)
-			}
 		}
 	}
-	os.RemoveAll(serve)
-	if err := os.Rename(tmp, serve); err != nil {
+	if err := linkView(dir, serve, servedFile, untie); err != nil {
 		return "", errs.Infraf("%v", err)
 	}
 	return serve, nil

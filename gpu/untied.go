@@ -21,6 +21,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/safetensors"
 )
 
@@ -136,10 +137,11 @@ func embeddingTensor(dir string) (name, file string, err error) {
 	return "", "", fmt.Errorf("%s: tied embeddings, but no *embed_tokens.weight tensor in its safetensors files", dir)
 }
 
-// untiedView makes dst a view of the model in src for an engine that must
-// load it untied: src's files hard-linked (copied across file systems),
-// with lm_head.safetensors beside them. It is rebuilt on every call.
-func untiedView(src, dst string) error {
+// linkView makes dst a directory of the files of src that keep accepts,
+// hard-linked (copied across file systems), with lm_head.safetensors beside
+// them when untie (writeUntiedHead); it is built aside and renamed into
+// place, so an engine never reads a half-made one.
+func linkView(src, dst string, keep func(name string) bool, untie bool) error {
 	tmp := dst + ".tmp"
 	os.RemoveAll(tmp)
 	if err := os.MkdirAll(tmp, 0o755); err != nil {
@@ -150,15 +152,17 @@ func untiedView(src, dst string) error {
 		return err
 	}
 	for _, e := range ents {
-		if e.IsDir() {
+		if e.IsDir() || !keep(e.Name()) {
 			continue
 		}
 		if err := linkOrCopy(filepath.Join(src, e.Name()), filepath.Join(tmp, e.Name())); err != nil {
 			return err
 		}
 	}
-	if err := writeUntiedHead(src, tmp); err != nil {
-		return err
+	if untie {
+		if err := writeUntiedHead(src, tmp); err != nil {
+			return err
+		}
 	}
 	os.RemoveAll(dst)
 	return os.Rename(tmp, dst)
@@ -173,4 +177,11 @@ func linkOrCopy(src, dst string) error {
 		return err
 	}
 	return os.WriteFile(dst, b, 0o644)
+}
+
+// vllmOnCPU says whether the local engine is stock vLLM on a CPU slot, the
+// one that serves tied checkpoints untied and is probed at vllmCPUProbeTol.
+func vllmOnCPU(engine string, slot Slot) bool {
+	kind, err := inference.ParseEngineKind(engine)
+	return err == nil && kind == inference.EngineVLLM && slot.Device() == "cpu"
 }

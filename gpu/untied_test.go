@@ -51,7 +51,7 @@ func TestUntiedHeadCarriesTheEmbedding(t *testing.T) {
 		t.Fatalf("tied: %v %v", tied, err)
 	}
 	view := filepath.Join(t.TempDir(), "view")
-	if err := untiedView(src, view); err != nil {
+	if err := linkView(src, view, func(string) bool { return true }, true); err != nil {
 		t.Fatal(err)
 	}
 	head := readST(t, filepath.Join(view, UntiedHeadFile))

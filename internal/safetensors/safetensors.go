@@ -22,10 +22,50 @@ type Tensor struct {
 
 var itemSize = map[string]int{"F32": 4, "F64": 8, "I64": 8, "I32": 4, "I16": 2, "U16": 2, "U8": 1, "BOOL": 1}
 
-type headerEntry struct {
+// Entry is one tensor's header entry: its dtype, shape and byte range in
+// the data that follows the header.
+type Entry struct {
 	DType       string   `json:"dtype"`
 	Shape       []int    `json:"shape"`
 	DataOffsets [2]int64 `json:"data_offsets"`
+}
+
+// check says what is wrong with entry name's dtype or byte range in data of
+// dataLen bytes.
+func (e Entry) check(name string, dataLen int64) error {
+	size, ok := itemSize[e.DType]
+	if !ok {
+		return fmt.Errorf("safetensors: tensor %s: dtype %q is not supported", name, e.DType)
+	}
+	s, end := e.DataOffsets[0], e.DataOffsets[1]
+	if s < 0 || end < s || end > dataLen || int(end-s) != elements(e.Shape)*size {
+		return fmt.Errorf("safetensors: tensor %s: byte range %d..%d does not fit shape %v in %d data bytes (truncated?)", name, s, end, e.Shape, dataLen)
+	}
+	return nil
+}
+
+// parseHeader decodes a header's JSON: the tensor entries and the metadata.
+func parseHeader(b []byte) (map[string]Entry, map[string]string, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, nil, fmt.Errorf("safetensors: header: %w", err)
+	}
+	out := map[string]Entry{}
+	var meta map[string]string
+	for name, r := range raw {
+		if name == "__metadata__" {
+			if err := json.Unmarshal(r, &meta); err != nil {
+				return nil, nil, fmt.Errorf("safetensors: __metadata__: %w", err)
+			}
+			continue
+		}
+		var e Entry
+		if err := json.Unmarshal(r, &e); err != nil {
+			return nil, nil, fmt.Errorf("safetensors: tensor %s: %w", name, err)
+		}
+		out[name] = e
+	}
+	return out, meta, nil
 }
 
 func elements(shape []int) int {
@@ -54,7 +94,7 @@ func Write(w io.Writer, tensors map[string]Tensor, meta map[string]string) error
 		if want := elements(t.Shape) * size; want != len(t.Data) {
 			return fmt.Errorf("tensor %s: shape %v needs %d bytes, has %d", n, t.Shape, want, len(t.Data))
 		}
-		header[n] = headerEntry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int64{off, off + int64(len(t.Data))}}
+		header[n] = Entry{DType: t.DType, Shape: t.Shape, DataOffsets: [2]int64{off, off + int64(len(t.Data))}}
 		off += int64(len(t.Data))
 	}
 	if len(meta) > 0 {
@@ -90,33 +130,17 @@ func Read(b []byte) (map[string]Tensor, map[string]string, error) {
 	if n > uint64(len(b)-8) {
 		return nil, nil, fmt.Errorf("safetensors: header of %d bytes runs past the end (%d bytes)", n, len(b))
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b[8:8+n], &raw); err != nil {
-		return nil, nil, fmt.Errorf("safetensors: header: %w", err)
+	entries, meta, err := parseHeader(b[8 : 8+n])
+	if err != nil {
+		return nil, nil, err
 	}
 	data := b[8+n:]
 	out := map[string]Tensor{}
-	var meta map[string]string
-	for name, r := range raw {
-		if name == "__metadata__" {
-			if err := json.Unmarshal(r, &meta); err != nil {
-				return nil, nil, fmt.Errorf("safetensors: __metadata__: %w", err)
-			}
-			continue
+	for name, e := range entries {
+		if err := e.check(name, int64(len(data))); err != nil {
+			return nil, nil, err
 		}
-		var e headerEntry
-		if err := json.Unmarshal(r, &e); err != nil {
-			return nil, nil, fmt.Errorf("safetensors: tensor %s: %w", name, err)
-		}
-		size, ok := itemSize[e.DType]
-		if !ok {
-			return nil, nil, fmt.Errorf("safetensors: tensor %s: dtype %q is not supported", name, e.DType)
-		}
-		s, end := e.DataOffsets[0], e.DataOffsets[1]
-		if s < 0 || end < s || end > int64(len(data)) || int(end-s) != elements(e.Shape)*size {
-			return nil, nil, fmt.Errorf("safetensors: tensor %s: byte range %d..%d does not fit shape %v in %d data bytes (truncated?)", name, s, end, e.Shape, len(data))
-		}
-		out[name] = Tensor{DType: e.DType, Shape: e.Shape, Data: data[s:end]}
+		out[name] = Tensor{DType: e.DType, Shape: e.Shape, Data: data[e.DataOffsets[0]:e.DataOffsets[1]]}
 	}
 	return out, meta, nil
 }
@@ -152,8 +176,8 @@ func (t Tensor) AsInt32() ([]int32, error) {
 	return out, nil
 }
 
-// Header reads a safetensors file's tensor entries (names, dtypes, shapes,
-// byte ranges) without its data, and the offset the data starts at.
+// Header reads a safetensors file's tensor entries without its data, and
+// the offset the data starts at.
 func Header(file string) (map[string]Entry, int64, error) {
 	f, err := os.Open(file)
 	if err != nil {
@@ -171,29 +195,11 @@ func Header(file string) (map[string]Entry, int64, error) {
 	if _, err := io.ReadFull(f, b); err != nil {
 		return nil, 0, fmt.Errorf("%s: header: %w", file, err)
 	}
-	var raw map[string]json.RawMessage
-	if err := json.Unmarshal(b, &raw); err != nil {
-		return nil, 0, fmt.Errorf("%s: header: %w", file, err)
+	entries, _, err := parseHeader(b)
+	if err != nil {
+		return nil, 0, fmt.Errorf("%s: %w", file, err)
 	}
-	out := map[string]Entry{}
-	for k, v := range raw {
-		if k == "__metadata__" {
-			continue
-		}
-		var e headerEntry
-		if err := json.Unmarshal(v, &e); err != nil {
-			return nil, 0, fmt.Errorf("%s: tensor %s: %w", file, k, err)
-		}
-		out[k] = Entry(e)
-	}
-	return out, 8 + int64(n), nil
-}
-
-// Entry is one tensor's header entry.
-type Entry struct {
-	DType       string
-	Shape       []int
-	DataOffsets [2]int64
+	return entries, 8 + int64(n), nil
 }
 
 // ReadTensor reads one tensor of a safetensors file, and only its bytes.
@@ -206,22 +212,21 @@ func ReadTensor(file, name string) (Tensor, error) {
 	if !ok {
 		return Tensor{}, fmt.Errorf("%s: no tensor %s", file, name)
 	}
-	size, ok := itemSize[e.DType]
-	if !ok {
-		return Tensor{}, fmt.Errorf("%s: tensor %s: dtype %q is not supported", file, name, e.DType)
+	st, err := os.Stat(file)
+	if err != nil {
+		return Tensor{}, err
 	}
-	s, end := e.DataOffsets[0], e.DataOffsets[1]
-	if s < 0 || end < s || int(end-s) != elements(e.Shape)*size {
-		return Tensor{}, fmt.Errorf("%s: tensor %s: byte range %d..%d does not fit shape %v", file, name, s, end, e.Shape)
+	if err := e.check(name, st.Size()-start); err != nil {
+		return Tensor{}, fmt.Errorf("%s: %w", file, err)
 	}
 	f, err := os.Open(file)
 	if err != nil {
 		return Tensor{}, err
 	}
 	defer f.Close()
-	data := make([]byte, end-s)
-	if _, err := f.ReadAt(data, start+s); err != nil {
-		return Tensor{}, fmt.Errorf("%s: tensor %s: %w (truncated?)", file, name, err)
+	data := make([]byte, e.DataOffsets[1]-e.DataOffsets[0])
+	if _, err := f.ReadAt(data, start+e.DataOffsets[0]); err != nil {
+		return Tensor{}, fmt.Errorf("%s: tensor %s: %w", file, name, err)
 	}
 	return Tensor{DType: e.DType, Shape: e.Shape, Data: data}, nil
 }
