@@ -15,7 +15,9 @@ MODEL=${SMOLLM2:-$STATE/models/smollm2-135m}
 CAMPAIGN=${T1FLOW_SMOLLM_CAMPAIGN:-examples/campaigns/smollm.toml}
 # Pool sizes and names: the campaign file's [pools] must name these pools
 # (T1FLOW_SMOLLM_POOLS=wq with smollm-quick.toml, whose sizes are 16 24 6 2: SFT, train, held-out, warm-up).
+# T1FLOW_SMOLLM_FAMILY: examples/learn's -family (words; smollm-product.toml: product).
 # T1FLOW_SMOLLM_FAMILY_FLAGS: more flags for examples/learn (smollm-check.toml: -rl-templates).
+FAMILY=${T1FLOW_SMOLLM_FAMILY:-words}
 POOLS=${T1FLOW_SMOLLM_POOLS:-words}
 read -r N_SFT N_TRAIN N_HELDOUT N_WARMUP <<<"${T1FLOW_SMOLLM_SIZES:-32 64 24 8}"
 # Its own sandbox host name: another worker on this machine under the
@@ -61,11 +63,11 @@ else
   stamp "worker ready"
 fi
 
-echo "== 1. the write-word family: SFT, training, warm-up and held-out pools"
+echo "== 1. the $FAMILY family: SFT, training, warm-up and held-out pools"
 W=$STATE/$POOLS
 rm -rf "$W"
 # shellcheck disable=SC2086 # T1FLOW_SMOLLM_FAMILY_FLAGS: more flags of examples/learn, split on spaces
-go run ./examples/learn -family words -out "$W" -sft "$N_SFT" -train "$N_TRAIN" -heldout "$N_HELDOUT" ${T1FLOW_SMOLLM_FAMILY_FLAGS:-}
+go run ./examples/learn -family "$FAMILY" -out "$W" -sft "$N_SFT" -train "$N_TRAIN" -heldout "$N_HELDOUT" ${T1FLOW_SMOLLM_FAMILY_FLAGS:-}
 bin/starter tasks import "$W/sft" --pool "$POOLS-sft"
 bin/starter tasks import "$W/train" --pool "$POOLS-train"
 bin/starter tasks import $(ls -d "$W"/train/* | head -n "$N_WARMUP") --pool "$POOLS-warmup"
@@ -73,7 +75,7 @@ bin/starter tasks import "$W/heldout" --pool "$POOLS-heldout"
 stamp "pools imported"
 
 echo
-echo "== 2. the campaign $NAME ($CAMPAIGN): SFT, critic warm-up, PPO, evals on held-out words"
+echo "== 2. the campaign $NAME ($CAMPAIGN): SFT, critic warm-up, PPO, evals on the held-out pool"
 bin/starter campaign start -f "$CAMPAIGN" --wait
 stamp "campaign done"
 bin/starter report "$NAME" --html "$STATE/$NAME-report.html"

@@ -1,6 +1,7 @@
 // Command learn writes the write-hello task family that examples/campaigns/learn.toml
 // trains on (or, with -family words, the write-word family of
-// examples/campaigns/smollm.toml, whose held-out words are never trained): OUT/sft/<name>/ (SFT demonstrations, hello and world),
+// examples/campaigns/smollm.toml, whose held-out words are never trained;
+// with -family product, the multiply family of smollm-product.toml): OUT/sft/<name>/ (SFT demonstrations, hello and world),
 // OUT/train/<name>/ (the PPO pool) and OUT/heldout/<name>/ (held-out
 // variants, never trained on). See docs/learning.md.
 //
@@ -21,7 +22,7 @@ func main() {
 	train := flag.Int("train", 64, "training variants")
 	held := flag.Int("heldout", 16, "held-out variants")
 	seed := flag.Int64("seed", 1, "which words")
-	fam := flag.String("family", "hello", "hello (write-hello) or words (write-word: the answer is the instruction's word)")
+	fam := flag.String("family", "hello", "hello (write-hello), words (write-word: the answer is the instruction's word) or product (multiply: compute with the shell or in the head)")
 	state := flag.Bool("state-word", false, "hello: the SFT reply names the word in its analysis before the command (docs/learning.md)")
 	check := flag.Bool("check", false, "hello: the solution reads the file back (cat /app/o) after writing it (docs/learning.md)")
 	rlTemplates := flag.Bool("rl-templates", false, "words: the training (PPO) variants use wordings of their own, which no SFT variant uses (docs/learning.md)")
@@ -32,8 +33,10 @@ func main() {
 		write = family.Hello{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed, StateWord: *state, Check: *check}.Write
 	case "words":
 		write = family.Words{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed, RLTemplates: *rlTemplates}.Write
+	case "product":
+		write = family.Product{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write
 	default:
-		fmt.Fprintf(os.Stderr, "learn: -family %q: must be hello or words\n", *fam)
+		fmt.Fprintf(os.Stderr, "learn: -family %q: must be hello, words or product\n", *fam)
 		os.Exit(2)
 	}
 	sf, tr, ho, err := write(*out)

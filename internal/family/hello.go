@@ -74,6 +74,10 @@ type Variant struct {
 	Instruction string
 	Analysis    string // the SFT reply's analysis (harness.AnalysisMark); "" for none
 	Check       bool   // the solution reads the file back (Hello.Check)
+	// Expr is what the solution echoes when it is not Word itself: a shell
+	// expression whose value is Word (Product: "$((347*58))"); "" for Word.
+	Expr     string
+	Category string // task.toml's metadata category; "" for write-hello
 }
 
 // Variants returns the SFT, training and held-out variants.
@@ -106,11 +110,17 @@ func (h Hello) Variants() (sft, train, heldOut []Variant) {
 	return gen("sft", h.SFT, trainT, Word, Sibling), gen("train", h.Train, trainT, Word), gen("heldout", h.HeldOut, heldT, Word)
 }
 
-// templateSplit is which sentence templates training variants use and
-// which only held-out variants do.
+// templateSplit is which write-hello sentence templates training variants
+// use and which only held-out variants do.
 func templateSplit() (trainT, heldT []int) {
-	for i := range helloTemplates {
-		if HeldOutTemplates[i] {
+	return splitTemplates(len(helloTemplates), HeldOutTemplates)
+}
+
+// splitTemplates splits the indexes of n templates into those training
+// variants use and those only held-out variants do.
+func splitTemplates(n int, heldOut map[int]bool) (trainT, heldT []int) {
+	for i := range n {
+		if heldOut[i] {
 			heldT = append(heldT, i)
 		} else {
 			trainT = append(trainT, i)
@@ -186,11 +196,18 @@ func writeHelloTask(dir string, v Variant) error {
 	if len(word) != len(Word) {
 		return fmt.Errorf("write-hello: word %q must have %d letters (the verifier's assertions are fixed)", word, len(Word))
 	}
+	echo, category := word, "write-hello"
+	if v.Expr != "" {
+		echo = v.Expr
+	}
+	if v.Category != "" {
+		category = v.Category
+	}
 	files := map[string]string{
 		"instruction.md":         instruction + "\n",
-		"task.toml":              helloTOML,
+		"task.toml":              fmt.Sprintf(helloTOML, category),
 		"environment/Dockerfile": "FROM debian:bookworm\nWORKDIR /app\n",
-		"solution/solve.sh":      "#!/bin/bash\n" + analysisLine(v.Analysis) + fmt.Sprintf("echo %s >%s\n", word, OutFile) + checkLine(v.Check),
+		"solution/solve.sh":      "#!/bin/bash\n" + analysisLine(v.Analysis) + fmt.Sprintf("echo %s >%s\n", echo, OutFile) + checkLine(v.Check),
 		"tests/test.sh":          fmt.Sprintf(helloTest, word, OutFile),
 	}
 	for name, body := range files {
@@ -229,7 +246,7 @@ func analysisLine(analysis string) string {
 const helloTOML = `version = "1.0"
 
 [metadata]
-category = "write-hello"
+category = "%s"
 difficulty = "easy"
 tags = ["learn"]
 

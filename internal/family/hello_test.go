@@ -88,27 +88,9 @@ func TestHelloTasksAndVerifier(t *testing.T) {
 		if content != "" {
 			os.WriteFile(root+"/o", []byte(content), 0o644)
 		}
-		if out, err := exec.Command("bash", "-c", s).CombinedOutput(); err != nil {
-			t.Fatalf("test.sh: %v\n%s", err, out)
-		}
-		b, err := os.ReadFile(root + "/logs/ctrf.json")
-		if err != nil {
-			t.Fatal(err)
-		}
-		var doc struct {
-			Results struct{ Tests []struct{ Status string } }
-		}
-		if err := json.Unmarshal(b, &doc); err != nil {
-			t.Fatalf("ctrf.json: %v\n%s", err, b)
-		}
-		passed := 0
-		for _, x := range doc.Results.Tests {
-			if x.Status == "passed" {
-				passed++
-			}
-		}
-		if len(doc.Results.Tests) != HelloAssertions || passed != want {
-			t.Errorf("%q: %d of %d assertions passed, want %d of %d", content, passed, len(doc.Results.Tests), want, HelloAssertions)
+		passed, total := runVerifier(t, s, root)
+		if total != HelloAssertions || passed != want {
+			t.Errorf("%q: %d of %d assertions passed, want %d of %d", content, passed, total, want, HelloAssertions)
 		}
 	}
 }
@@ -165,4 +147,29 @@ func TestHelloCheckReadsTheFileBack(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runVerifier runs a verifier script (its paths already rewritten under
+// root, its CTRF at root/logs/ctrf.json) and counts its assertions.
+func runVerifier(t *testing.T, script, root string) (passed, total int) {
+	t.Helper()
+	if out, err := exec.Command("bash", "-c", script).CombinedOutput(); err != nil {
+		t.Fatalf("test.sh: %v\n%s", err, out)
+	}
+	b, err := os.ReadFile(root + "/logs/ctrf.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Results struct{ Tests []struct{ Status string } }
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatalf("ctrf.json: %v\n%s", err, b)
+	}
+	for _, x := range doc.Results.Tests {
+		if x.Status == "passed" {
+			passed++
+		}
+	}
+	return passed, len(doc.Results.Tests)
 }

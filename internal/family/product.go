@@ -1,0 +1,91 @@
+package family
+
+import (
+	"fmt"
+	"math/rand"
+	"strconv"
+)
+
+// Product is the multiply family, for a pretrained model (SmolLM2): every
+// variant asks for the product of a three-digit and a two-digit number in
+// /app/o ("Write the product of 347 and 58 to the file /app/o."). The
+// product always has five digits, so the write-hello verifier scores it as
+// it scores a word: the file, each digit in place, the exact content (s = 7).
+//
+// The skill is a terminal agent's: compute with the shell rather than in
+// the head. Half the SFT demonstrations do (echo $((347*58)) >/app/o), half
+// write the product out (echo 20126 >/app/o). A small model learns both
+// forms from them, and the written-out number is its own arithmetic, which
+// a model of SmolLM2's size gets wrong nearly every time; the shell's is
+// always right. So after SFT the policy earns full reward about as often as
+// it chooses the shell, the choice is made by one early token of its answer
+// ($ or a digit), and the reward gap is large (1 against about 2/7): the
+// shape PPO learns on a small budget, as on the write-hello family
+// (docs/learning.md). What the demonstrations set is the choice, not how
+// well a given model copies; a model that multiplies in its head gains
+// nothing from PPO here and says so in its base and SFT evals.
+//
+// Training variants use SFT's sentence templates, held-out variants
+// templates of their own; every variant draws its own numbers.
+type Product struct {
+	SFT, Train, HeldOut int
+	Seed                int64
+}
+
+var (
+	productTemplates = []string{
+		"Write the product of %[1]d and %[2]d to the file %[3]s.",
+		"Create the file %[3]s containing %[1]d times %[2]d.",
+		"Save %[1]d multiplied by %[2]d in %[3]s.",
+		"The file %[3]s should hold the product of %[1]d and %[2]d.",
+		"Multiply %[1]d by %[2]d and store the result in the file %[3]s.",
+		"Compute %[1]d times %[2]d; %[3]s must contain the answer.",
+		"Make %[3]s contain the product of %[1]d and %[2]d.",
+		"What is %[1]d times %[2]d? Write the number to %[3]s.",
+	}
+	// ProductHeldOutTemplates index productTemplates: only held-out variants use them.
+	ProductHeldOutTemplates = map[int]bool{5: true, 6: true}
+)
+
+// ProductExpr is the shell's arithmetic for a times b, as the solutions write it.
+func ProductExpr(a, b int) string { return fmt.Sprintf("$((%d*%d))", a, b) }
+
+// Variants returns the SFT, training and held-out variants. SFT variants
+// alternate: even ones compute with the shell, odd ones write the product
+// out. Training and held-out variants' solutions compute with the shell.
+func (p Product) Variants() (sft, train, heldOut []Variant) {
+	r := rand.New(rand.NewSource(p.Seed))
+	trainT, heldT := splitTemplates(len(productTemplates), ProductHeldOutTemplates)
+	seen := map[string]bool{}
+	gen := func(kind string, n int, templates []int, literalEveryOther bool) []Variant {
+		out := make([]Variant, 0, n)
+		for len(out) < n {
+			// 200..999 times 50..99: 10000..98901, five digits.
+			a, b := 200+r.Intn(800), 50+r.Intn(50)
+			t := templates[r.Intn(len(templates))]
+			num := 10 + r.Intn(9990)
+			text := fill(helloPrefixes[r.Intn(len(helloPrefixes))], num) +
+				fmt.Sprintf(productTemplates[t], a, b, OutFile) + fill(helloSuffixes[r.Intn(len(helloSuffixes))], num)
+			if seen[text] {
+				continue
+			}
+			seen[text] = true
+			v := Variant{
+				Name: fmt.Sprintf("%dx%d-%s-%03d-t%d", a, b, kind, len(out), t), Word: strconv.Itoa(a * b),
+				Instruction: text, Expr: ProductExpr(a, b), Category: "multiply",
+			}
+			if literalEveryOther && len(out)%2 == 1 {
+				v.Expr = ""
+			}
+			out = append(out, v)
+		}
+		return out
+	}
+	return gen("sft", p.SFT, trainT, true), gen("train", p.Train, trainT, false), gen("heldout", p.HeldOut, heldT, false)
+}
+
+// Write generates the family under dir as Hello.Write does.
+func (p Product) Write(dir string) (sft, train, heldOut []string, err error) {
+	sv, tv, hv := p.Variants()
+	return writeSets(dir, sv, tv, hv)
+}
