@@ -52,10 +52,18 @@ func ProductExpr(a, b int) string { return fmt.Sprintf("$((%d*%d))", a, b) }
 
 // Variants returns the SFT, training and held-out variants. SFT variants
 // alternate: even ones compute with the shell, odd ones write the product
-// out. Training and held-out variants' solutions compute with the shell.
+// out, and they come in pairs of one wording, so that no wording is shown
+// with one form more than the other (a first version drew SFT's wordings at
+// random: SmolLM2 then chose the shell on 88% of the training wordings and
+// 42% of the held-out ones, and PPO had little left to learn). Training and
+// held-out variants' solutions compute with the shell.
 func (p Product) Variants() (sft, train, heldOut []Variant) {
 	r := rand.New(rand.NewSource(p.Seed))
 	trainT, heldT := splitTemplates(len(productTemplates), ProductHeldOutTemplates)
+	sftOrder := make([]int, len(trainT))
+	for i, j := range r.Perm(len(trainT)) {
+		sftOrder[i] = trainT[j]
+	}
 	seen := map[string]bool{}
 	gen := func(kind string, n int, templates []int, literalEveryOther bool) []Variant {
 		out := make([]Variant, 0, n)
@@ -63,6 +71,10 @@ func (p Product) Variants() (sft, train, heldOut []Variant) {
 			// 200..999 times 50..99: 10000..98901, five digits.
 			a, b := 200+r.Intn(800), 50+r.Intn(50)
 			t := templates[r.Intn(len(templates))]
+			if literalEveryOther {
+				// Each wording in pairs, one of each form: no wording cues the form.
+				t = sftOrder[(len(out)/2)%len(sftOrder)]
+			}
 			num := 10 + r.Intn(9990)
 			text := fill(helloPrefixes[r.Intn(len(helloPrefixes))], num) +
 				fmt.Sprintf(productTemplates[t], a, b, OutFile) + fill(helloSuffixes[r.Intn(len(helloSuffixes))], num)

@@ -14,7 +14,8 @@ import (
 
 // TestProductVariants: every variant's answer is the product of the two
 // numbers its instruction names, five digits; half the SFT demonstrations
-// compute it with the shell and half write it out; training and held-out
+// compute it with the shell and half write it out, each wording as often
+// one way as the other; training and held-out
 // solutions compute it; held-out variants use wordings no other set does.
 func TestProductVariants(t *testing.T) {
 	sft, train, held := Product{SFT: 40, Train: 60, HeldOut: 20, Seed: 5}.Variants()
@@ -30,6 +31,7 @@ func TestProductVariants(t *testing.T) {
 		return n
 	}
 	literal := 0
+	forms := map[int][2]int{} // SFT wording: [shell, written out]
 	for set, vs := range map[string][]Variant{"sft": sft, "train": train, "heldout": held} {
 		for _, v := range vs {
 			var a, b int
@@ -41,6 +43,11 @@ func TestProductVariants(t *testing.T) {
 			}
 			if !strings.Contains(v.Instruction, strconv.Itoa(a)) || !strings.Contains(v.Instruction, strconv.Itoa(b)) || !strings.Contains(v.Instruction, OutFile) {
 				t.Fatalf("%s: %q does not name %d, %d and %s", v.Name, v.Instruction, a, b, OutFile)
+			}
+			if set == "sft" {
+				f := forms[template(v)]
+				f[min(len(v.Expr), 1)^1]++
+				forms[template(v)] = f
 			}
 			switch v.Expr {
 			case ProductExpr(a, b):
@@ -59,6 +66,14 @@ func TestProductVariants(t *testing.T) {
 	}
 	if literal != len(sft)/2 {
 		t.Fatalf("%d SFT demonstrations write the product out, want half of %d", literal, len(sft))
+	}
+	for tpl, f := range forms {
+		if f[0] != f[1] {
+			t.Errorf("SFT wording %d: %d demonstrations compute with the shell, %d write it out: the wording cues the form", tpl, f[0], f[1])
+		}
+	}
+	if len(forms) != len(productTemplates)-len(ProductHeldOutTemplates) {
+		t.Errorf("SFT uses %d wordings, want every training wording", len(forms))
 	}
 }
 
