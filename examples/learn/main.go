@@ -23,7 +23,7 @@ func main() {
 	held := flag.Int("heldout", 16, "held-out variants")
 	seed := flag.Int64("seed", 1, "which words")
 	fam := flag.String("family", "hello", "hello (write-hello), words (write-word: the answer is the instruction's word) or product (multiply: compute with the shell or in the head)")
-	state := flag.Bool("state-word", false, "hello: the SFT reply names the word in its analysis before the command (docs/learning.md)")
+	state := flag.Bool("state-word", false, "hello: the SFT reply names the word in its analysis before the command; product: the arithmetic it uses (docs/learning.md)")
 	check := flag.Bool("check", false, "hello: the solution reads the file back (cat /app/o) after writing it (docs/learning.md)")
 	rlTemplates := flag.Bool("rl-templates", false, "words: the training (PPO) variants use wordings of their own, which no SFT variant uses (docs/learning.md)")
 	flag.Parse()
@@ -34,7 +34,7 @@ func main() {
 	case "words":
 		write = family.Words{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed, RLTemplates: *rlTemplates}.Write
 	case "product":
-		write = family.Product{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed}.Write
+		write = family.Product{SFT: *sft, Train: *train, HeldOut: *held, Seed: *seed, StateForm: *state}.Write
 	default:
 		fmt.Fprintf(os.Stderr, "learn: -family %q: must be hello, words or product\n", *fam)
 		os.Exit(2)

@@ -30,7 +30,18 @@ import (
 type Product struct {
 	SFT, Train, HeldOut int
 	Seed                int64
+	// StateForm: the solution's analysis line names the form before the
+	// command (ShellAnalysis or MentalAnalysis), so the answer's first word
+	// makes the choice, instead of the token after "echo ", some 50 tokens
+	// into SmolLM2's 76 (docs/learning.md, "The multiply family").
+	StateForm bool
 }
+
+// The analysis of a StateForm solution: which arithmetic it uses.
+const (
+	ShellAnalysis  = "shell arithmetic"
+	MentalAnalysis = "mental arithmetic"
+)
 
 var (
 	productTemplates = []string{
@@ -88,6 +99,12 @@ func (p Product) Variants() (sft, train, heldOut []Variant) {
 			}
 			if literalEveryOther && len(out)%2 == 1 {
 				v.Expr = ""
+			}
+			if p.StateForm {
+				v.Analysis = ShellAnalysis
+				if v.Expr == "" {
+					v.Analysis = MentalAnalysis
+				}
 			}
 			out = append(out, v)
 		}

@@ -122,3 +122,30 @@ func TestProductSolutionsPassTheVerifier(t *testing.T) {
 		}
 	}
 }
+
+// TestProductStateFormNamesTheArithmetic: with StateForm every solution's
+// analysis line names the form its command takes; without it none has one.
+func TestProductStateFormNamesTheArithmetic(t *testing.T) {
+	for _, state := range []bool{false, true} {
+		sft, tr, ho, err := Product{SFT: 4, Train: 1, HeldOut: 1, Seed: 5, StateForm: state}.Write(t.TempDir())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, d := range append(append(sft, tr...), ho...) {
+			b, err := os.ReadFile(filepath.Join(d, "solution/solve.sh"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := ""
+			if state {
+				want = "# analysis: " + MentalAnalysis + "\n"
+				if strings.Contains(string(b), "$((") {
+					want = "# analysis: " + ShellAnalysis + "\n"
+				}
+			}
+			if got := strings.TrimPrefix(string(b), "#!/bin/bash\n"); !strings.HasPrefix(got, want) || (!state && strings.Contains(got, "analysis")) {
+				t.Errorf("StateForm %v: %s solution %q, want it to start %q", state, d, b, want)
+			}
+		}
+	}
+}
