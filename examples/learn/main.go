@@ -18,7 +18,7 @@ import (
 
 func main() {
 	out := flag.String("out", ".t1flow/learn", "directory to write train/ and heldout/ into")
-	sft := flag.Int("sft", 32, "SFT variants (half ask for world)")
+	sft := flag.Int("sft", 32, "SFT variants (hello: half ask for world; product: half write the product out)")
 	train := flag.Int("train", 64, "training variants")
 	held := flag.Int("heldout", 16, "held-out variants")
 	seed := flag.Int64("seed", 1, "which words")
@@ -27,6 +27,12 @@ func main() {
 	check := flag.Bool("check", false, "hello: the solution reads the file back (cat /app/o) after writing it (docs/learning.md)")
 	rlTemplates := flag.Bool("rl-templates", false, "words: the training (PPO) variants use wordings of their own, which no SFT variant uses (docs/learning.md)")
 	flag.Parse()
+	for name, set := range map[string]bool{"check": *check && *fam != "hello", "rl-templates": *rlTemplates && *fam != "words", "state-word": *state && *fam == "words"} {
+		if set {
+			fmt.Fprintf(os.Stderr, "learn: -%s does not apply to -family %s\n", name, *fam)
+			os.Exit(2)
+		}
+	}
 	var write func(string) ([]string, []string, []string, error)
 	switch *fam {
 	case "hello":

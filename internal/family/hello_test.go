@@ -84,11 +84,10 @@ func TestHelloTasksAndVerifier(t *testing.T) {
 	}
 	for content, want := range map[string]int{"hello\n": HelloAssertions, "hellx\n": HelloAssertions - 2, "": 0} {
 		root := t.TempDir()
-		s := strings.NewReplacer("/app/o", root+"/o", "/logs/verifier", root+"/logs").Replace(string(script))
 		if content != "" {
 			os.WriteFile(root+"/o", []byte(content), 0o644)
 		}
-		passed, total := runVerifier(t, s, root)
+		passed, total := runVerifier(t, string(script), root)
 		if total != HelloAssertions || passed != want {
 			t.Errorf("%q: %d of %d assertions passed, want %d of %d", content, passed, total, want, HelloAssertions)
 		}
@@ -149,10 +148,12 @@ func TestHelloCheckReadsTheFileBack(t *testing.T) {
 	}
 }
 
-// runVerifier runs a verifier script (its paths already rewritten under
-// root, its CTRF at root/logs/ctrf.json) and counts its assertions.
+// runVerifier runs a write-hello verifier script with its paths under root
+// (root/o for /app/o, its CTRF at root/logs/ctrf.json) and counts its
+// assertions.
 func runVerifier(t *testing.T, script, root string) (passed, total int) {
 	t.Helper()
+	script = strings.NewReplacer(OutFile, root+"/o", "/logs/verifier", root+"/logs").Replace(script)
 	if out, err := exec.Command("bash", "-c", script).CombinedOutput(); err != nil {
 		t.Fatalf("test.sh: %v\n%s", err, out)
 	}

@@ -62,12 +62,14 @@ var (
 func ProductExpr(a, b int) string { return fmt.Sprintf("$((%d*%d))", a, b) }
 
 // Variants returns the SFT, training and held-out variants. SFT variants
-// alternate: even ones compute with the shell, odd ones write the product
-// out, and they come in pairs of one wording, so that no wording is shown
-// with one form more than the other (a first version drew SFT's wordings at
-// random: SmolLM2 then chose the shell on 88% of the training wordings and
-// 42% of the held-out ones, and PPO had little left to learn). Training and
-// held-out variants' solutions compute with the shell.
+// come in pairs: the first of a pair computes with the shell, the second
+// writes the product out, and both share a wording, prefix and suffix, so
+// that no wording is shown with one form more often than the other (a first
+// version drew SFT's wordings at random: SmolLM2 then chose the shell on 14
+// of 16 warm-up rollouts on the training wordings and 5 of 12 held out, and
+// PPO had little left to learn). An odd SFT count's last variant computes.
+// Training and held-out variants' solutions compute with the shell. No two
+// variants, in any set, multiply the same numbers.
 func (p Product) Variants() (sft, train, heldOut []Variant) {
 	r := rand.New(rand.NewSource(p.Seed))
 	trainT, heldT := splitTemplates(len(productTemplates), ProductHeldOutTemplates)
@@ -75,34 +77,36 @@ func (p Product) Variants() (sft, train, heldOut []Variant) {
 	for i, j := range r.Perm(len(trainT)) {
 		sftOrder[i] = trainT[j]
 	}
-	seen := map[string]bool{}
-	gen := func(kind string, n int, templates []int, literalEveryOther bool) []Variant {
+	seen := map[[2]int]bool{}
+	gen := func(kind string, n int, templates []int, pairs bool) []Variant {
 		out := make([]Variant, 0, n)
+		var t, pre, suf, num int
 		for len(out) < n {
 			// 200..999 times 50..99: 10000..98901, five digits.
 			a, b := 200+r.Intn(800), 50+r.Intn(50)
-			t := templates[r.Intn(len(templates))]
-			if literalEveryOther {
-				// Each wording in pairs, one of each form: no wording cues the form.
-				t = sftOrder[(len(out)/2)%len(sftOrder)]
-			}
-			num := 10 + r.Intn(9990)
-			text := fill(helloPrefixes[r.Intn(len(helloPrefixes))], num) +
-				fmt.Sprintf(productTemplates[t], a, b, OutFile) + fill(helloSuffixes[r.Intn(len(helloSuffixes))], num)
-			if seen[text] {
+			if seen[[2]int{a, b}] {
 				continue
 			}
-			seen[text] = true
-			v := Variant{
-				Name: fmt.Sprintf("%dx%d-%s-%03d-t%d", a, b, kind, len(out), t), Word: strconv.Itoa(a * b),
-				Instruction: text, Expr: ProductExpr(a, b), Category: "multiply",
+			seen[[2]int{a, b}] = true
+			literal := pairs && len(out)%2 == 1
+			if !literal { // a pair's second variant keeps the first's wording
+				t = templates[r.Intn(len(templates))]
+				if pairs {
+					t = sftOrder[(len(out)/2)%len(sftOrder)]
+				}
+				pre, suf, num = r.Intn(len(helloPrefixes)), r.Intn(len(helloSuffixes)), 10+r.Intn(9990)
 			}
-			if literalEveryOther && len(out)%2 == 1 {
+			v := Variant{
+				Name: fmt.Sprintf("%s-%03d-%dx%d-t%d", kind, len(out), a, b, t), Word: strconv.Itoa(a * b),
+				Instruction: fill(helloPrefixes[pre], num) + fmt.Sprintf(productTemplates[t], a, b, OutFile) + fill(helloSuffixes[suf], num),
+				Expr:        ProductExpr(a, b), Category: "multiply",
+			}
+			if literal {
 				v.Expr = ""
 			}
 			if p.StateForm {
 				v.Analysis = ShellAnalysis
-				if v.Expr == "" {
+				if literal {
 					v.Analysis = MentalAnalysis
 				}
 			}
