@@ -254,6 +254,25 @@ func TestSolutionTurnsStateTheAnalysisFirst(t *testing.T) {
 	}
 }
 
+// Terminus-2's SFT reply states the solution's "# analysis:" line as its
+// analysis too, first in the reply; without the line it says what a first
+// turn sees.
+func TestTerminus2SolutionTurnsStateTheAnalysis(t *testing.T) {
+	spec := &Spec{PromptTemplate: "{instruction}\n{terminal_state}", OutputLimitBytes: 10000, ScreenLabel: "S: ", NewOutputLabel: "N: "}
+	for solution, want := range map[string]string{
+		"#!/bin/bash\n# analysis: shell arithmetic\necho $((2*3)) >/app/o\n": `{"analysis":"shell arithmetic","plan":`,
+		"#!/bin/bash\necho 6 >/app/o\n":                                      `{"analysis":"The terminal is at a fresh shell prompt and nothing has been done yet.","plan":`,
+	} {
+		parts, err := spec.SolutionTurns(reference, "x", solution, "root@sandbox:/app# \n")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := parts[1].String(); !strings.HasPrefix(got, want) || strings.Contains(got, "# analysis") {
+			t.Errorf("solution %q: reply %q, want it to start %q", solution, got, want)
+		}
+	}
+}
+
 // SFT targets are what the policy learns to type: JSON's HTML escaping would
 // teach it "\u0026\u0026" for "&&".
 func TestSolutionTurnsKeepShellOperators(t *testing.T) {

@@ -204,10 +204,17 @@ func (s *Spec) SolutionTurns(t inference.ChatTemplate, instruction, solution, sc
 	prompt := shown[strings.LastIndex(shown, "\n")+1:]
 	after := shown[:len(shown)-len(prompt)] + ScreenAfter(prompt, keys)
 	act := func(a T2Action) Pieces { return Pieces{plain(marshalJSON(a)), template(t.EndOfTurn)} }
+	// The solution's "# analysis:" line, when it has one, as the short
+	// harness states it (a family whose choice it names puts that choice
+	// at the answer's first word); otherwise what a first turn sees.
+	analysis := SolutionAnalysis(solution)
+	if analysis == "" {
+		analysis = "The terminal is at a fresh shell prompt and nothing has been done yet."
+	}
 	return []Pieces{
 		UserFirstPieces(t, first),
 		act(T2Action{
-			Analysis: "The terminal is at a fresh shell prompt and nothing has been done yet.",
+			Analysis: analysis,
 			Plan:     fmt.Sprintf("Run the %d command(s) that complete the task, then mark it complete.", len(keys)),
 			Commands: keys, TaskComplete: true,
 		}),
