@@ -88,7 +88,9 @@ smollm2: hfenv
 
 # SmolLM2 end to end on stock vLLM (issue 22): a worker with -gpu-backend hf
 # -inference-engine vllm, the write-word pools, then examples/campaigns/smollm.toml
-# (scripts/smollm.sh; figures in docs/model-rollouts.md).
+# (scripts/smollm.sh, whose header names the variables that pick another family
+# and campaign, e.g. smollm-product.toml's; figures in docs/model-rollouts.md
+# and docs/learning.md).
 smollm: deps hfenv smollm2 dev
 	@scripts/smollm.sh
 
