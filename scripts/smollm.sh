@@ -2,10 +2,12 @@
 # make smollm: SmolLM2-135M-Instruct end to end on stock vLLM (issue 22). A
 # worker with every role runs in the background: Docker sandboxes, the hf
 # trainer, stock vLLM serving the checkpoint (-inference-engine vllm) and the
-# model-files sidecar. The write-word pools are built and imported, then
-# examples/campaigns/smollm.toml runs: SFT, critic warm-up, PPO steps, and
-# evals of the base, SFT and final checkpoints on held-out words.
-# docs/model-rollouts.md, "SmolLM2 on stock vLLM", has the figures measured.
+# model-files sidecar. The write-word pools (or T1FLOW_SMOLLM_FAMILY's, below)
+# are built and imported, then examples/campaigns/smollm.toml (or
+# T1FLOW_SMOLLM_CAMPAIGN) runs: SFT, critic warm-up, PPO steps, and evals of
+# the base, SFT and final checkpoints on the held-out pool.
+# docs/model-rollouts.md, "SmolLM2 on stock vLLM", and docs/learning.md ("The
+# multiply family") have the figures measured.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 STATE=$(realpath -m "${T1FLOW_HOME:-$ROOT/.t1flow}")
