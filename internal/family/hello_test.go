@@ -124,24 +124,16 @@ func TestHelloStateWordWritesTheAnalysisLine(t *testing.T) {
 // alone. Every set's solutions get it, each with its own word.
 func TestHelloCheckReadsTheFileBack(t *testing.T) {
 	for _, check := range []bool{false, true} {
-		sft, tr, ho, err := Hello{SFT: 2, Train: 1, HeldOut: 1, Seed: 1, Check: check}.Write(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range append(append(sft, tr...), ho...) {
-			b, err := os.ReadFile(filepath.Join(d, "solution/solve.sh"))
-			if err != nil {
-				t.Fatal(err)
-			}
+		for i, b := range solutions(t)(Hello{SFT: 2, Train: 1, HeldOut: 1, Seed: 1, Check: check}.Write(t.TempDir())) {
 			word := []string{Word, Sibling, Word, Word}[i]
 			want := "#!/bin/bash\necho " + word + " >/app/o\n"
 			if check {
 				want += "cat /app/o\n"
 			}
-			if string(b) != want {
-				t.Errorf("Check %v: %s: solve.sh %q, want %q", check, d, b, want)
+			if b != want {
+				t.Errorf("Check %v: solution %d %q, want %q", check, i, b, want)
 			}
-			if steps := audit.SplitSteps(string(b)); len(steps) != map[bool]int{false: 1, true: 2}[check] {
+			if steps := audit.SplitSteps(b); len(steps) != map[bool]int{false: 1, true: 2}[check] {
 				t.Errorf("Check %v: %d steps %q", check, len(steps), steps)
 			}
 		}

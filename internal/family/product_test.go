@@ -158,15 +158,7 @@ func TestProductSolutionsPassTheVerifier(t *testing.T) {
 // demonstration writes the product out); without it none has one.
 func TestProductStateFormNamesTheArithmetic(t *testing.T) {
 	for _, state := range []bool{false, true} {
-		sft, tr, ho, err := Product{SFT: 4, Train: 1, HeldOut: 1, Seed: 5, StateForm: state}.Write(t.TempDir())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, d := range append(append(sft, tr...), ho...) {
-			b, err := os.ReadFile(filepath.Join(d, "solution/solve.sh"))
-			if err != nil {
-				t.Fatal(err)
-			}
+		for i, b := range solutions(t)(Product{SFT: 4, Train: 1, HeldOut: 1, Seed: 5, StateForm: state}.Write(t.TempDir())) {
 			written := i == 1 || i == 3 // the SFT pairs' second demonstrations
 			want := ""
 			if state {
@@ -177,8 +169,28 @@ func TestProductStateFormNamesTheArithmetic(t *testing.T) {
 			}
 			got := strings.TrimPrefix(string(b), "#!/bin/bash\n")
 			if !strings.HasPrefix(got, want) || (!state && strings.Contains(got, "analysis")) || strings.Contains(got, "$((") == written {
-				t.Errorf("StateForm %v: %s solution %q, want it to start %q", state, d, b, want)
+				t.Errorf("StateForm %v: solution %d %q, want it to start %q", state, i, b, want)
 			}
 		}
+	}
+}
+
+// solutions reads the solve.sh of every task a family's Write wrote: SFT's,
+// then training's, then held-out's.
+func solutions(t *testing.T) func(sft, train, heldOut []string, err error) []string {
+	return func(sft, train, heldOut []string, err error) []string {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range append(append(sft, train...), heldOut...) {
+			b, err := os.ReadFile(filepath.Join(d, "solution/solve.sh"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, string(b))
+		}
+		return out
 	}
 }
