@@ -18,8 +18,9 @@ import (
 // forms from them, and the written-out number is its own arithmetic, which
 // a model of SmolLM2's size gets wrong nearly every time; the shell's is
 // always right. So after SFT the policy earns full reward about as often as
-// it chooses the shell, the choice is made by one early token of its answer
-// ($ or a digit), and the reward gap is large (1 against about 2/7): the
+// it chooses the shell, the choice is made by one token of its answer ($ or
+// a digit after "echo "; StateForm moves it to the answer's first word), and
+// the reward gap is large (1 against about 2/7): the
 // shape PPO learns on a small budget, as on the write-hello family
 // (docs/learning.md). What the demonstrations set is the choice, not how
 // well a given model copies; a model that multiplies in its head gains
