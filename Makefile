@@ -91,7 +91,7 @@ smollm2: hfenv
 # (scripts/smollm.sh, whose header names the variables that pick another family
 # and campaign, e.g. smollm-product.toml's; figures in docs/model-rollouts.md
 # and docs/learning.md).
-smollm: deps hfenv smollm2 dev
+smollm: deps hfenv harborenv smollm2 dev
 	@scripts/smollm.sh
 
 # Unit tests, then integration tests against the real dev server, Docker and
