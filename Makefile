@@ -73,8 +73,9 @@ stop:
 	@scripts/demo.sh stop-worker
 	@temporal-dev/dev.sh stop
 
-# A worker with every role, in the foreground.
-worker: deps dev
+# A worker with every role, in the foreground. harborenv: Terminus-2 (the
+# campaigns' and eval sweeps' default harness) reads Harbor's prompt from it.
+worker: deps harborenv build dev
 	bin/worker -role all -log-level info
 
 demo: deps dev
