@@ -21,6 +21,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/harness/harbor"
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/sandbox"
@@ -98,6 +99,12 @@ func run() error {
 			return err
 		}
 		acts.Docker = d
+		// Terminus-2, the campaigns' and eval sweeps' default harness, reads
+		// Harbor's prompt from Harbor's env: without it every such rollout
+		// on this host ends in an InfraError, so say so now.
+		if _, err := os.Stat(harbor.Python()); err != nil {
+			fmt.Fprintf(os.Stderr, "worker: WARNING: %s is missing: terminus-2 rollouts on this host will fail (make harborenv, or set T1FLOW_HARBOR_PYTHON)\n", harbor.Python())
+		}
 	}
 
 	tracing, flush, err := config.Tracing(ctx, "worker")
