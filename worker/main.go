@@ -99,12 +99,13 @@ func run() error {
 			return err
 		}
 		acts.Docker = d
-		// Terminus-2, the campaigns' and eval sweeps' default harness, reads
-		// Harbor's prompt from Harbor's env: without it every such rollout
-		// on this host ends in an InfraError, so say so now.
-		if _, err := os.Stat(harbor.Python()); err != nil {
-			fmt.Fprintf(os.Stderr, "worker: WARNING: %s is missing: terminus-2 rollouts on this host will fail (make harborenv, or set T1FLOW_HARBOR_PYTHON)\n", harbor.Python())
-		}
+	}
+	// Terminus-2, the campaigns' and eval sweeps' default harness, reads
+	// Harbor's prompt from Harbor's env in the sandbox role's turns and the
+	// gpu role's SFT: without it every such rollout and SFT on this host
+	// ends in an InfraError, so say so now.
+	if _, err := os.Stat(harbor.Python()); err != nil && !sleep && (sandboxRole || set[roles.GPU]) {
+		fmt.Fprintf(os.Stderr, "worker: WARNING: %s is missing: terminus-2 rollouts and SFT on this host will fail (make harborenv, or set T1FLOW_HARBOR_PYTHON)\n", harbor.Python())
 	}
 
 	tracing, flush, err := config.Tracing(ctx, "worker")
