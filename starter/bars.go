@@ -55,7 +55,12 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 	if len(n.Steps) == 0 {
 		add("EV in every PPO step", "no PPO step", fmt.Sprintf(">= %.2f", b.StepEV), false)
 	} else {
-		add("EV in every PPO step", fmt.Sprintf("lowest %.3f (step %d)", lo, loStep), fmt.Sprintf(">= %.2f", b.StepEV), lo >= b.StepEV)
+		got := fmt.Sprintf("lowest %.3f (step %d)", lo, loStep)
+		if math.IsInf(lo, -1) {
+			// Every return in the step equal (EV has no variance to explain), or no EV reported.
+			got = fmt.Sprintf("undefined in step %d", loStep)
+		}
+		add("EV in every PPO step", got, fmt.Sprintf(">= %.2f", b.StepEV), lo >= b.StepEV)
 	}
 	if k := len(n.Resolved); k < 4 {
 		add("PPO curve", fmt.Sprintf("%d steps", k), "at least 4 steps", false)

@@ -54,8 +54,13 @@ func TestBarsMissEachTargetOnItsOwn(t *testing.T) {
 			t.Errorf("broken %q: missed %v", c.want, m)
 		}
 	}
-	var out strings.Builder
 	n := barsReport()
+	delete(n.Metrics[2], "explained_variance")
+	if b := checkBars(n, DefaultBars)[1]; b.Met || b.Got != "undefined in step 3" {
+		t.Errorf("a step without EV: %+v, want missed, undefined in step 3", b)
+	}
+	var out strings.Builder
+	n = barsReport()
 	n.Resolved[5] = 0.39
 	err := printBars(&out, "learn", checkBars(n, DefaultBars))
 	if err == nil || !strings.Contains(err.Error(), "PPO curve") || !strings.Contains(out.String(), "MISSED PPO curve") ||
