@@ -86,27 +86,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	sandboxRole := set[roles.Sandbox]
 	if sleep {
 		if *sleepFor <= 0 || *prepare || *prepareOnly {
 			return fmt.Errorf("-sandbox-backend sleep: -sleep-for %s must be > 0, and -prepare does not apply", *sleepFor)
 		}
 		fmt.Fprintf(os.Stderr, "worker: SLEEP SANDBOX BACKEND (load test): no sandbox runs, every rollout is synthetic\n")
 		acts.Sleep = *sleepFor
-	} else if sandboxRole || *prepareOnly {
+	} else if set[roles.Sandbox] || *prepareOnly {
 		d, err := openSandboxes(ctx, *aliases, *prepare || *prepareOnly)
 		if err != nil || *prepareOnly {
 			return err
 		}
 		acts.Docker = d
 	}
-	// Terminus-2, the campaigns' and eval sweeps' default harness, reads
-	// Harbor's prompt from Harbor's env in the sandbox role's turns and the
-	// gpu role's SFT: without it every such rollout and SFT on this host
-	// ends in an InfraError, so say so now.
-	if _, err := os.Stat(harbor.Python()); err != nil && !sleep && (sandboxRole || set[roles.GPU]) {
-		fmt.Fprintf(os.Stderr, "worker: WARNING: %s is missing: terminus-2 rollouts and SFT on this host will fail (make harborenv, or set T1FLOW_HARBOR_PYTHON)\n", harbor.Python())
-	}
+	warnNoHarborEnv(!sleep && (set[roles.Sandbox] || set[roles.GPU]))
 
 	tracing, flush, err := config.Tracing(ctx, "worker")
 	if err != nil {
@@ -126,7 +119,7 @@ func run() error {
 	acts.Temporal = c
 	acts.Deployment = conn.Options.HostPort + "/" + conn.Options.Namespace
 
-	if sandboxRole {
+	if set[roles.Sandbox] {
 		if err := ensureReaperSchedule(ctx, c, acts.Host, *reaperEvery, *reaperTTL, *reaperRetire); err != nil {
 			return err
 		}
@@ -149,6 +142,17 @@ func run() error {
 	fmt.Fprintf(os.Stderr, "worker: stopping; running activities have %s to finish\n", roles.StopTimeout)
 	roles.Stop(workers)
 	return nil
+}
+
+// warnNoHarborEnv: Terminus-2, the campaigns' and eval sweeps' default
+// harness, reads Harbor's prompt from Harbor's env in the sandbox role's
+// turns and the gpu role's SFT. Without it every such rollout and SFT on
+// this host ends in an InfraError, so say so at start (when needed: a role
+// that runs either).
+func warnNoHarborEnv(needed bool) {
+	if _, err := os.Stat(harbor.Python()); needed && err != nil {
+		fmt.Fprintf(os.Stderr, "worker: WARNING: %s is missing: terminus-2 rollouts and SFT on this host will fail (make harborenv, or set T1FLOW_HARBOR_PYTHON)\n", harbor.Python())
+	}
 }
 
 // openSandboxes connects to Docker and, with prepare, builds the sandbox base
