@@ -150,8 +150,11 @@ func run() error {
 // this host ends in an InfraError, so say so at start (when needed: a role
 // that runs either).
 func warnNoHarborEnv(needed bool) {
-	if _, err := os.Stat(harbor.Python()); needed && err != nil {
-		fmt.Fprintf(os.Stderr, "worker: WARNING: %s is missing: terminus-2 rollouts and SFT on this host will fail (make harborenv, or set T1FLOW_HARBOR_PYTHON)\n", harbor.Python())
+	if !needed {
+		return
+	}
+	if err := harbor.Installed(); err != nil {
+		fmt.Fprintf(os.Stderr, "worker: WARNING: terminus-2 rollouts and SFT on this host will fail: %v\n", err)
 	}
 }
 

@@ -41,13 +41,22 @@ func Python() string {
 	return filepath.Join(config.Home(), "harborenv", "bin", "python")
 }
 
+// Installed says whether Harbor's interpreter is there: nil, or an error
+// naming the path and how to install it.
+func Installed() error {
+	if _, err := os.Stat(Python()); err != nil {
+		return fmt.Errorf("harbor: %s is missing (run scripts/ensure-harbor-env.sh or make harborenv, or set T1FLOW_HARBOR_PYTHON to a Python with harbor installed)", Python())
+	}
+	return nil
+}
+
 // Run runs spec.py in mode with stdin under Harbor's interpreter and returns
 // its stdout.
 func Run(ctx context.Context, mode string, stdin []byte) ([]byte, error) {
-	py := Python()
-	if _, err := os.Stat(py); err != nil {
-		return nil, fmt.Errorf("harbor: %s is missing (run scripts/ensure-harbor-env.sh, or set T1FLOW_HARBOR_PYTHON to a Python with harbor installed)", py)
+	if err := Installed(); err != nil {
+		return nil, err
 	}
+	py := Python()
 	f, err := os.CreateTemp("", "t1flow-harbor-spec-*.py")
 	if err != nil {
 		return nil, err

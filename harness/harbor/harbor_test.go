@@ -18,11 +18,30 @@ import (
 // test), where a missing env is a failure: the comparison is the point.
 func needHarbor(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat(harbor.Python()); err != nil {
+	if err := harbor.Installed(); err != nil {
 		if os.Getenv("T1FLOW_INTEGRATION") != "" {
-			t.Fatalf("%s is missing: run scripts/ensure-harbor-env.sh (make harborenv)", harbor.Python())
+			t.Fatal(err)
 		}
-		t.Skipf("no Harbor env at %s (make harborenv)", harbor.Python())
+		t.Skip(err)
+	}
+}
+
+// Installed names the missing interpreter, and Run refuses without it.
+func TestInstalledNamesTheMissingInterpreter(t *testing.T) {
+	missing := t.TempDir() + "/no-python"
+	t.Setenv("T1FLOW_HARBOR_PYTHON", missing)
+	err := harbor.Installed()
+	if err == nil || !strings.Contains(err.Error(), missing) || !strings.Contains(err.Error(), "make harborenv") {
+		t.Fatalf("Installed() = %v, want an error naming %s and make harborenv", err, missing)
+	}
+	if _, err := harbor.Run(context.Background(), "spec", nil); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Fatalf("Run without the interpreter: %v, want an error naming %s", err, missing)
+	}
+	if err := os.WriteFile(missing, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := harbor.Installed(); err != nil {
+		t.Fatalf("Installed() with %s present: %v", missing, err)
 	}
 }
 
