@@ -37,9 +37,9 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 	if n.WarmEV == nil {
 		add("warm EV", "undefined", fmt.Sprintf(">= %.2f", b.WarmEV), false)
 	} else {
-		add("warm EV", fmt.Sprintf("%.3f", *n.WarmEV), fmt.Sprintf(">= %.2f", b.WarmEV), *n.WarmEV >= b.WarmEV)
+		add("warm EV", fmt.Sprintf("%.3f%s", *n.WarmEV, baselineOf(n.WarmBaseline)), fmt.Sprintf(">= %.2f", b.WarmEV), *n.WarmEV >= b.WarmEV)
 	}
-	lo, loStep := math.Inf(1), 0
+	lo, loStep, loAt := math.Inf(1), 0, 0
 	for i, s := range n.Steps {
 		ev := math.NaN()
 		if i < len(n.Metrics) {
@@ -49,13 +49,19 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 			ev = math.Inf(-1) // undefined in a step: nothing explained
 		}
 		if ev < lo {
-			lo, loStep = ev, s
+			lo, loStep, loAt = ev, s, i
 		}
 	}
 	if len(n.Steps) == 0 {
 		add("EV in every PPO step", "no PPO step", fmt.Sprintf(">= %.2f", b.StepEV), false)
 	} else {
-		got := fmt.Sprintf("lowest %.3f (step %d)", lo, loStep)
+		var base *float64
+		if loAt < len(n.Metrics) {
+			if v := metric(n.Metrics[loAt], "baseline_ev"); !math.IsNaN(v) {
+				base = &v
+			}
+		}
+		got := fmt.Sprintf("lowest %.3f (step %d)%s", lo, loStep, baselineOf(base))
 		if math.IsInf(lo, -1) {
 			// Every return in the step equal (EV has no variance to explain), or no EV reported.
 			got = fmt.Sprintf("undefined in step %d", loStep)
@@ -84,6 +90,15 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 			fmt.Sprintf(">= %+.0f points", 100*c.over), final-c.ref >= c.over-1e-9)
 	}
 	return out
+}
+
+// baselineOf is the answer-prefix baseline beside an EV, when there is one:
+// what the returns alone explain from the answer so far.
+func baselineOf(b *float64) string {
+	if b == nil {
+		return ""
+	}
+	return fmt.Sprintf(", baseline %.3f", *b)
 }
 
 // evalRate is the resolved rate of the first eval labelled label.

@@ -52,16 +52,23 @@ type WarmupRound struct {
 	Round  int      `json:"round"`
 	Before *float64 `json:"ev_before"`
 	Fitted *float64 `json:"ev_fitted"`
+	// Baseline is what the earlier rounds' returns alone explain of this
+	// round's from the answer so far (the trainer's answer-prefix baseline,
+	// baseline_ev_before): Before's reference. nil: undefined (round 1, a
+	// trainer from before it, or returns without variance).
+	Baseline *float64 `json:"ev_baseline,omitempty"`
 }
 
 // WarmupResult records cold and warm explained variance: cold is the
 // untrained critic's EV on the first rollouts, warm the held-out EV of the
 // fitted critic on rollouts it was not fitted on (nil: undefined).
 type WarmupResult struct {
-	ColdEV  *float64      `json:"cold_ev,omitempty"`
-	WarmEV  *float64      `json:"warm_ev,omitempty"`
-	Rounds  int           `json:"rounds"`
-	History []WarmupRound `json:"history,omitempty"`
+	ColdEV *float64 `json:"cold_ev,omitempty"`
+	WarmEV *float64 `json:"warm_ev,omitempty"`
+	// WarmBaseline is the answer-prefix baseline of WarmEV's round (WarmupRound.Baseline).
+	WarmBaseline *float64      `json:"warm_baseline_ev,omitempty"`
+	Rounds       int           `json:"rounds"`
+	History      []WarmupRound `json:"history,omitempty"`
 	// Gate says how the gate was decided, in words (passed, advisory).
 	Gate    string `json:"gate,omitempty"`
 	Aborted int    `json:"aborted"`
@@ -205,12 +212,15 @@ func (w *warmup) heldOutGate(m gpu.Metrics, round int) bool {
 	if v, ok := m.Float("explained_variance"); ok {
 		r.Fitted = &v
 	}
+	if v, ok := m.Float("baseline_ev_before"); ok {
+		r.Baseline = &v
+	}
 	res.History = append(res.History, r)
 	if round == 1 {
 		res.ColdEV = r.Before
 		return false
 	}
-	res.WarmEV = r.Before
+	res.WarmEV, res.WarmBaseline = r.Before, r.Baseline
 	if r.Before != nil && *r.Before >= w.in.Gate {
 		res.Gate = fmt.Sprintf("passed: held-out EV %.3f >= %.3f in round %d", *r.Before, w.in.Gate, round)
 		return true
@@ -235,13 +245,28 @@ func (w *warmup) inSampleGate(m gpu.Metrics) bool {
 func (w *warmup) gateMiss() string {
 	var rounds []string
 	for _, r := range w.res.History {
-		rounds = append(rounds, fmt.Sprintf("round %d %s", r.Round, fmtEVp(r.Before)))
+		rd := fmt.Sprintf("round %d %s", r.Round, fmtEVp(r.Before))
+		if r.Baseline != nil {
+			rd += fmt.Sprintf(" (baseline %.3f)", *r.Baseline)
+		}
+		rounds = append(rounds, rd)
 	}
 	why := fmt.Sprintf("held-out explained variance %s below the gate %.3f after %d rounds", fmtEVp(w.res.WarmEV), w.in.Gate, w.res.Rounds)
 	if w.res.WarmEV == nil {
 		why = fmt.Sprintf("held-out explained variance undefined after %d rounds (every return equal: nothing for the critic to explain), which never passes the gate %.3f", w.res.Rounds, w.in.Gate)
 	}
-	return why + " (EV on each round's fresh rollouts before fitting: " + strings.Join(rounds, ", ") + ")"
+	return why + " (EV on each round's fresh rollouts before fitting: " + strings.Join(rounds, ", ") + baselineNote(w.res.History) + ")"
+}
+
+// baselineNote says what the baseline in gateMiss's rounds is, when one has it.
+func baselineNote(h []WarmupRound) string {
+	for _, r := range h {
+		if r.Baseline != nil {
+			return "; baseline: what the earlier rounds' returns alone explain of the round from the answer so far, " +
+				"a critic's reference: EV well below it is the critic's shortfall, a baseline below the gate the data's (docs/learning.md)"
+		}
+	}
+	return ""
 }
 
 func fmtEVp(p *float64) string {
