@@ -37,7 +37,7 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 	if n.WarmEV == nil {
 		add("warm EV", "undefined", fmt.Sprintf(">= %.2f", b.WarmEV), false)
 	} else {
-		add("warm EV", fmt.Sprintf("%.3f%s", *n.WarmEV, baselineOf(n.WarmBaseline)), fmt.Sprintf(">= %.2f", b.WarmEV), *n.WarmEV >= b.WarmEV)
+		add("warm EV", fmt.Sprintf("%.3f%s", *n.WarmEV, ceilingOf(n.WarmCeiling)), fmt.Sprintf(">= %.2f", b.WarmEV), *n.WarmEV >= b.WarmEV)
 	}
 	lo, loStep, loAt := math.Inf(1), 0, 0
 	for i, s := range n.Steps {
@@ -57,11 +57,11 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 	} else {
 		var base *float64
 		if loAt < len(n.Metrics) {
-			if v := metric(n.Metrics[loAt], "baseline_ev"); !math.IsNaN(v) {
+			if v := metric(n.Metrics[loAt], "ceiling_ev"); !math.IsNaN(v) {
 				base = &v
 			}
 		}
-		got := fmt.Sprintf("lowest %.3f (step %d)%s", lo, loStep, baselineOf(base))
+		got := fmt.Sprintf("lowest %.3f (step %d)%s", lo, loStep, ceilingOf(base))
 		if math.IsInf(lo, -1) {
 			// Every return in the step equal (EV has no variance to explain), or no EV reported.
 			got = fmt.Sprintf("undefined in step %d", loStep)
@@ -92,13 +92,13 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 	return out
 }
 
-// baselineOf is the answer-prefix baseline beside an EV, when there is one:
-// what the returns alone explain from the answer so far.
-func baselineOf(b *float64) string {
+// ceilingOf is the answer-prefix ceiling beside an EV, when there is one:
+// the most any value reading only the answer so far explains of the same returns.
+func ceilingOf(b *float64) string {
 	if b == nil {
 		return ""
 	}
-	return fmt.Sprintf(", baseline %.3f", *b)
+	return fmt.Sprintf(", ceiling %.3f", *b)
 }
 
 // evalRate is the resolved rate of the first eval labelled label.

@@ -69,24 +69,24 @@ func TestBarsMissEachTargetOnItsOwn(t *testing.T) {
 	}
 }
 
-// A missed EV bar shows the answer-prefix baseline of the same round or step
+// A missed EV bar shows the answer-prefix ceiling of the same round or step
 // beside it (the lowest step's, not another's); without one, nothing.
-func TestBarsShowTheBaselineBesideTheEV(t *testing.T) {
+func TestBarsShowTheCeilingBesideTheEV(t *testing.T) {
 	n := barsReport()
 	warm, wb := 0.61, 0.74
-	n.WarmEV, n.WarmBaseline = &warm, &wb
+	n.WarmEV, n.WarmCeiling = &warm, &wb
 	for i := range n.Metrics {
-		n.Metrics[i]["baseline_ev"] = 0.8 + 0.01*float64(i)
+		n.Metrics[i]["ceiling_ev"] = 0.8 + 0.01*float64(i)
 	}
 	n.Metrics[3]["explained_variance"] = 0.2
 	b := checkBars(n, DefaultBars)
-	if b[0].Got != "0.610, baseline 0.740" || b[0].Met {
+	if b[0].Got != "0.610, ceiling 0.740" || b[0].Met {
 		t.Errorf("warm EV bar %+v", b[0])
 	}
-	if b[1].Got != "lowest 0.200 (step 4), baseline 0.830" || b[1].Met {
+	if b[1].Got != "lowest 0.200 (step 4), ceiling 0.830" || b[1].Met {
 		t.Errorf("step EV bar %+v", b[1])
 	}
-	if b := checkBars(barsReport(), DefaultBars); strings.Contains(b[0].Got+b[1].Got, "baseline") {
-		t.Errorf("bars without a baseline show one: %+v", b[:2])
+	if b := checkBars(barsReport(), DefaultBars); strings.Contains(b[0].Got+b[1].Got, "ceiling") {
+		t.Errorf("bars without a ceiling show one: %+v", b[:2])
 	}
 }

@@ -70,23 +70,23 @@ func reportCmd(ctx context.Context, args []string, stdout io.Writer) error {
 
 // ReportNumbers are the series the report plots.
 type ReportNumbers struct {
-	Campaign   string    `json:"campaign"`
-	Steps      []int     `json:"steps"`
-	Reward     []float64 `json:"reward_mean"`
-	Resolved   []float64 `json:"resolved_rate"`      // per step: share of trained rollouts resolved
-	EV         floats    `json:"explained_variance"` // per step; null where undefined (every return equal)
-	BaselineEV floats    `json:"baseline_ev"`        // per step: the answer-prefix baseline, each rollout against the step's others
-	GapReplay  floats    `json:"logprob_gap_replay"`
-	GapFree    floats    `json:"logprob_gap_noreplay"`
-	Turns      []float64 `json:"mean_turns"`
-	ColdEV     *float64  `json:"cold_ev,omitempty"`
-	WarmEV     *float64  `json:"warm_ev,omitempty"`
-	// WarmBaseline is what the earlier warm-up rounds' returns alone explain of
-	// WarmEV's round from the answer so far: the reference WarmEV is read against.
-	WarmBaseline *float64         `json:"warm_baseline_ev,omitempty"`
-	WarmupGate   string           `json:"warmup_gate,omitempty"` // how the critic warm-up gate was decided
-	Evals        []map[string]any `json:"evals"`
-	Excluded     map[string]int   `json:"excluded"`
+	Campaign  string    `json:"campaign"`
+	Steps     []int     `json:"steps"`
+	Reward    []float64 `json:"reward_mean"`
+	Resolved  []float64 `json:"resolved_rate"`      // per step: share of trained rollouts resolved
+	EV        floats    `json:"explained_variance"` // per step; null where undefined (every return equal)
+	CeilingEV floats    `json:"ceiling_ev"`         // per step: the answer-prefix ceiling on the step's rollouts
+	GapReplay floats    `json:"logprob_gap_replay"`
+	GapFree   floats    `json:"logprob_gap_noreplay"`
+	Turns     []float64 `json:"mean_turns"`
+	ColdEV    *float64  `json:"cold_ev,omitempty"`
+	WarmEV    *float64  `json:"warm_ev,omitempty"`
+	// WarmCeiling is the most EV any value that reads only the answer so far
+	// reaches on WarmEV's round: WarmEV's bound unless the critic reads the prompt.
+	WarmCeiling *float64         `json:"warm_ceiling_ev,omitempty"`
+	WarmupGate  string           `json:"warmup_gate,omitempty"` // how the critic warm-up gate was decided
+	Evals       []map[string]any `json:"evals"`
+	Excluded    map[string]int   `json:"excluded"`
 	// Tampered counts PPO-step rollouts refused for tampering (trained on
 	// at reward 0); each eval's count is in its "tampered".
 	Tampered   int              `json:"tampered"`
@@ -172,7 +172,7 @@ func metric(m map[string]any, k string) float64 {
 }
 
 func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
-	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV, WarmBaseline: rep.State.WarmBaseline, WarmupGate: rep.State.WarmupGate,
+	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV, WarmCeiling: rep.State.WarmCeiling, WarmupGate: rep.State.WarmupGate,
 		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}, Retention: rep.State.Retention,
 		Timing: ppoTiming(rep.State), Oversample: oversampleNumbers(rep)}
 	for _, s := range rep.State.Steps {
@@ -180,7 +180,7 @@ func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 		n.Reward = append(n.Reward, s.RewardMean)
 		n.Resolved = append(n.Resolved, s.ResolvedRate)
 		n.EV = append(n.EV, metric(s.Metrics, "explained_variance"))
-		n.BaselineEV = append(n.BaselineEV, metric(s.Metrics, "baseline_ev"))
+		n.CeilingEV = append(n.CeilingEV, metric(s.Metrics, "ceiling_ev"))
 		n.GapReplay = append(n.GapReplay, metric(s.Metrics, "logprob_gap_replay"))
 		n.GapFree = append(n.GapFree, metric(s.Metrics, "logprob_gap_noreplay"))
 		n.Turns = append(n.Turns, s.MeanTurns)
@@ -287,15 +287,15 @@ func evChart(n ReportNumbers) string {
 		ev[1] = *n.WarmEV
 	}
 	ev = append(ev, n.EV...)
-	// The answer-prefix baseline: what the returns alone explain from the answer so far.
-	base := []float64{math.NaN(), math.NaN()}
-	if n.WarmBaseline != nil {
-		base[1] = *n.WarmBaseline
+	// The answer-prefix ceiling: the most any value reading only the answer so far explains.
+	top := []float64{math.NaN(), math.NaN()}
+	if n.WarmCeiling != nil {
+		top[1] = *n.WarmCeiling
 	}
-	base = append(base, n.BaselineEV...)
+	top = append(top, n.CeilingEV...)
 	series := map[string][]float64{"EV": ev}
-	if slices.ContainsFunc(base, func(x float64) bool { return !math.IsNaN(x) }) {
-		series["answer-prefix baseline"] = base
+	if slices.ContainsFunc(top, func(x float64) bool { return !math.IsNaN(x) }) {
+		series["answer-prefix ceiling"] = top
 	}
 	return chart{Title: "critic explained variance: warm-up, then per PPO step (below -1 drawn at -1)", XLabel: "warm-up / PPO step",
 		YLabel: "explained variance", X: x, Series: series, Fixed: true, Lo: -1, Hi: 1}.svg()

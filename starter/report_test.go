@@ -83,31 +83,31 @@ func TestReportRendersPlotsAndNumbers(t *testing.T) {
 }
 
 // An undefined EV (every return in the step equal) is null in the JSON and a
-// gap in the plot, never 0; the answer-prefix baseline is plotted beside EV.
+// gap in the plot, never 0; the answer-prefix ceiling is plotted beside EV.
 func TestReportKeepsUndefinedEVUndefined(t *testing.T) {
 	rep := workflows.CampaignReportData{}
 	rep.Config.Name = "demo"
 	warm, wb := 0.6, 0.7
-	rep.State.WarmEV, rep.State.WarmBaseline = &warm, &wb
-	rep.State.Steps = []workflows.StepRecord{{Step: 1, Metrics: map[string]any{"explained_variance": 0.5, "baseline_ev": 0.75}},
+	rep.State.WarmEV, rep.State.WarmCeiling = &warm, &wb
+	rep.State.Steps = []workflows.StepRecord{{Step: 1, Metrics: map[string]any{"explained_variance": 0.5, "ceiling_ev": 0.75}},
 		{Step: 2, Metrics: map[string]any{"explained_variance": nil}}}
 	n := reportNumbers(rep)
 	b, err := json.Marshal(n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"explained_variance":[0.5,null]`, `"baseline_ev":[0.75,null]`, `"warm_baseline_ev":0.7`} {
+	for _, want := range []string{`"explained_variance":[0.5,null]`, `"ceiling_ev":[0.75,null]`, `"warm_ceiling_ev":0.7`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("json has no %s: %s", want, b)
 		}
 	}
 	h := renderHTML(rep, n)
-	if !strings.Contains(h, "answer-prefix baseline") {
-		t.Error("the EV plot has no baseline series")
+	if !strings.Contains(h, "answer-prefix ceiling") {
+		t.Error("the EV plot has no ceiling series")
 	}
-	rep.State.WarmBaseline, rep.State.Steps[0].Metrics["baseline_ev"] = nil, nil
-	if h := renderHTML(rep, reportNumbers(rep)); strings.Contains(h, "answer-prefix baseline") {
-		t.Error("the EV plot draws a baseline the campaign never measured")
+	rep.State.WarmCeiling, rep.State.Steps[0].Metrics["ceiling_ev"] = nil, nil
+	if h := renderHTML(rep, reportNumbers(rep)); strings.Contains(h, "answer-prefix ceiling") {
+		t.Error("the EV plot draws a ceiling the campaign never measured")
 	}
 }
 

@@ -40,8 +40,8 @@ type CampaignState struct {
 	Checkpoint    *gpu.Checkpoint  `json:"checkpoint,omitempty"`
 	ColdEV        *float64         `json:"cold_ev,omitempty"`
 	WarmEV        *float64         `json:"warm_ev,omitempty"`
-	WarmBaseline  *float64         `json:"warm_baseline_ev,omitempty"` // the answer-prefix baseline of WarmEV's round
-	WarmupGate    string           `json:"warmup_gate,omitempty"`      // how the warm-up gate was decided
+	WarmCeiling   *float64         `json:"warm_ceiling_ev,omitempty"` // the answer-prefix ceiling of WarmEV's round
+	WarmupGate    string           `json:"warmup_gate,omitempty"`     // how the warm-up gate was decided
 	Steps         []StepRecord     `json:"steps"`
 	Evals         []CheckpointEval `json:"evals"`
 	Aborted       int              `json:"aborted"`
@@ -107,7 +107,7 @@ type CampaignStatus struct {
 	Stale         int          `json:"stale"`
 	ColdEV        *float64     `json:"cold_ev,omitempty"`
 	WarmEV        *float64     `json:"warm_ev,omitempty"`
-	WarmBaseline  *float64     `json:"warm_baseline_ev,omitempty"`
+	WarmCeiling   *float64     `json:"warm_ceiling_ev,omitempty"`
 	Recent        []StepRecord `json:"recent"`
 	Evals         []string     `json:"evals"`
 	// Epoch is in the campaign's checkpoint names: <name>/<epoch>/<label>.
@@ -217,7 +217,7 @@ func (c *campaignRun) setPaused(paused bool) func(workflow.Context) (CampaignSta
 func (c *campaignRun) status() CampaignStatus {
 	s := CampaignStatus{Name: c.cfg.Name, Phase: c.st.Phase, Step: c.st.Step, Steps: c.cfg.PPO.Steps, Paused: c.st.Paused,
 		Concurrency: c.st.Concurrency, WeightVersion: c.st.WeightVersion, InFlight: c.inFlight, Aborted: c.st.Aborted,
-		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, WarmBaseline: c.st.WarmBaseline, Recent: []StepRecord{}, Evals: []string{},
+		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, WarmCeiling: c.st.WarmCeiling, Recent: []StepRecord{}, Evals: []string{},
 		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped, Resumes: c.st.Resumes,
 		Carried: len(c.st.Carried), CarriedDropped: c.st.CarriedDropped}
 	if c.st.Checkpoint != nil {

@@ -219,7 +219,7 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 
 // warmedUp records what a warm-up measured and what its rollouts lost.
 func (c *campaignRun) warmedUp(res WarmupResult) {
-	c.st.ColdEV, c.st.WarmEV, c.st.WarmBaseline, c.st.WarmupGate = res.ColdEV, res.WarmEV, res.WarmBaseline, res.Gate
+	c.st.ColdEV, c.st.WarmEV, c.st.WarmCeiling, c.st.WarmupGate = res.ColdEV, res.WarmEV, res.WarmCeiling, res.Gate
 	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
 }
 
@@ -296,8 +296,8 @@ func (c *campaignRun) storeEvents(ctx workflow.Context, res StepRecord) {
 		if c.st.WarmEV != nil {
 			w["critic/warmup_ev_warm"] = *c.st.WarmEV
 		}
-		if c.st.WarmBaseline != nil {
-			w["critic/warmup_ev_baseline"] = *c.st.WarmBaseline
+		if c.st.WarmCeiling != nil {
+			w["critic/warmup_ev_ceiling"] = *c.st.WarmCeiling
 		}
 		steps[0] = w
 	}

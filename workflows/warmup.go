@@ -52,11 +52,12 @@ type WarmupRound struct {
 	Round  int      `json:"round"`
 	Before *float64 `json:"ev_before"`
 	Fitted *float64 `json:"ev_fitted"`
-	// Baseline is what the earlier rounds' returns alone explain of this
-	// round's from the answer so far (the trainer's answer-prefix baseline,
-	// baseline_ev_before): Before's reference. nil: undefined (round 1, a
-	// trainer from before it, or returns without variance).
-	Baseline *float64 `json:"ev_baseline,omitempty"`
+	// Ceiling is the most EV any value that reads only the answer so far
+	// reaches on this round's returns (the trainer's answer-prefix ceiling,
+	// ceiling_ev_before): Before's bound, unless the critic reads the
+	// prompt. nil: undefined (a trainer from before it, or returns without
+	// variance).
+	Ceiling *float64 `json:"ev_ceiling,omitempty"`
 }
 
 // WarmupResult records cold and warm explained variance: cold is the
@@ -65,10 +66,10 @@ type WarmupRound struct {
 type WarmupResult struct {
 	ColdEV *float64 `json:"cold_ev,omitempty"`
 	WarmEV *float64 `json:"warm_ev,omitempty"`
-	// WarmBaseline is the answer-prefix baseline of WarmEV's round (WarmupRound.Baseline).
-	WarmBaseline *float64      `json:"warm_baseline_ev,omitempty"`
-	Rounds       int           `json:"rounds"`
-	History      []WarmupRound `json:"history,omitempty"`
+	// WarmCeiling is the answer-prefix ceiling of WarmEV's round (WarmupRound.Ceiling).
+	WarmCeiling *float64      `json:"warm_ceiling_ev,omitempty"`
+	Rounds      int           `json:"rounds"`
+	History     []WarmupRound `json:"history,omitempty"`
 	// Gate says how the gate was decided, in words (passed, advisory).
 	Gate    string `json:"gate,omitempty"`
 	Aborted int    `json:"aborted"`
@@ -212,15 +213,15 @@ func (w *warmup) heldOutGate(m gpu.Metrics, round int) bool {
 	if v, ok := m.Float("explained_variance"); ok {
 		r.Fitted = &v
 	}
-	if v, ok := m.Float("baseline_ev_before"); ok {
-		r.Baseline = &v
+	if v, ok := m.Float("ceiling_ev_before"); ok {
+		r.Ceiling = &v
 	}
 	res.History = append(res.History, r)
 	if round == 1 {
 		res.ColdEV = r.Before
 		return false
 	}
-	res.WarmEV, res.WarmBaseline = r.Before, r.Baseline
+	res.WarmEV, res.WarmCeiling = r.Before, r.Ceiling
 	if r.Before != nil && *r.Before >= w.in.Gate {
 		res.Gate = fmt.Sprintf("passed: held-out EV %.3f >= %.3f in round %d", *r.Before, w.in.Gate, round)
 		return true
@@ -246,8 +247,8 @@ func (w *warmup) gateMiss() string {
 	var rounds []string
 	for _, r := range w.res.History {
 		rd := fmt.Sprintf("round %d %s", r.Round, fmtEVp(r.Before))
-		if r.Baseline != nil {
-			rd += fmt.Sprintf(" (baseline %.3f)", *r.Baseline)
+		if r.Ceiling != nil {
+			rd += fmt.Sprintf(" (ceiling %.3f)", *r.Ceiling)
 		}
 		rounds = append(rounds, rd)
 	}
@@ -255,15 +256,15 @@ func (w *warmup) gateMiss() string {
 	if w.res.WarmEV == nil {
 		why = fmt.Sprintf("held-out explained variance undefined after %d rounds (every return equal: nothing for the critic to explain), which never passes the gate %.3f", w.res.Rounds, w.in.Gate)
 	}
-	return why + " (EV on each round's fresh rollouts before fitting: " + strings.Join(rounds, ", ") + baselineNote(w.res.History) + ")"
+	return why + " (EV on each round's fresh rollouts before fitting: " + strings.Join(rounds, ", ") + ceilingNote(w.res.History) + ")"
 }
 
-// baselineNote says what the baseline in gateMiss's rounds is, when one has it.
-func baselineNote(h []WarmupRound) string {
+// ceilingNote says what the ceiling in gateMiss's rounds is, when one has it.
+func ceilingNote(h []WarmupRound) string {
 	for _, r := range h {
-		if r.Baseline != nil {
-			return "; baseline: what the earlier rounds' returns alone explain of the round from the answer so far, " +
-				"a critic's reference: EV well below it is the critic's shortfall, a baseline below the gate the data's (docs/learning.md)"
+		if r.Ceiling != nil {
+			return "; ceiling: the most any value that reads only the answer so far explains of the round's returns: " +
+				"EV well below it is the critic's shortfall, a ceiling below the gate the data's (docs/trainer-protocol.md)"
 		}
 	}
 	return ""

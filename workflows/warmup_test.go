@@ -205,32 +205,32 @@ func TestWarmupFitSendsTheCampaignsCriticRate(t *testing.T) {
 	}
 }
 
-// The trainer's answer-prefix baseline rides beside each round's EV: in the
+// The trainer's answer-prefix ceiling rides beside each round's EV: in the
 // result (the warm round's), in the history, and in the gate's miss, so an
 // operator reads a miss as the critic's or the data's.
-func TestWarmupRecordsTheBaselineBesideEachRound(t *testing.T) {
+func TestWarmupRecordsTheCeilingBesideEachRound(t *testing.T) {
 	withBase := func(before, base float64) gpu.Metrics {
 		m := ev(before, 0.9)
-		m["baseline_ev_before"] = base
+		m["ceiling_ev_before"] = base
 		return m
 	}
-	cold := ev(-2.0, 0.9) // round 1: nothing fitted before it, no baseline
+	cold := ev(-2.0, 0.9) // round 1 without a ceiling: only the rounds that report one show one
 	env, _ := warmupEnv(t, warmupIn(), cold, withBase(0.61, 0.74), withBase(0.66, 0.52))
 	_, err := runWarmup(t, env, warmupIn())
 	var res WarmupResult
 	if !gateMissed(err, &res) {
 		t.Fatalf("want a gate miss, got %v", err)
 	}
-	if res.WarmBaseline == nil || *res.WarmBaseline != 0.52 || res.History[0].Baseline != nil || res.History[1].Baseline == nil || *res.History[1].Baseline != 0.74 {
-		t.Fatalf("baselines: warm %s, history %+v", fmtEVp(res.WarmBaseline), res.History)
+	if res.WarmCeiling == nil || *res.WarmCeiling != 0.52 || res.History[0].Ceiling != nil || res.History[1].Ceiling == nil || *res.History[1].Ceiling != 0.74 {
+		t.Fatalf("ceilings: warm %s, history %+v", fmtEVp(res.WarmCeiling), res.History)
 	}
-	for _, want := range []string{"round 1 -2.000, round 2 0.610 (baseline 0.740), round 3 0.660 (baseline 0.520)", "a critic's reference"} {
+	for _, want := range []string{"round 1 -2.000, round 2 0.610 (ceiling 0.740), round 3 0.660 (ceiling 0.520)", "the data's"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("the miss does not say %q: %v", want, err)
 		}
 	}
-	env, _ = warmupEnv(t, warmupIn(), cold, ev(-1, 0.9), ev(-0.5, 0.9)) // a trainer from before the baseline
-	if _, err = runWarmup(t, env, warmupIn()); err == nil || strings.Contains(err.Error(), "baseline") {
-		t.Fatalf("a miss without baselines mentions one: %v", err)
+	env, _ = warmupEnv(t, warmupIn(), cold, ev(-1, 0.9), ev(-0.5, 0.9)) // a trainer from before the ceiling
+	if _, err = runWarmup(t, env, warmupIn()); err == nil || strings.Contains(err.Error(), "ceiling") {
+		t.Fatalf("a miss without ceilings mentions one: %v", err)
 	}
 }

@@ -130,67 +130,46 @@ def explained_variance(y_pred, y_true):
     return float(1 - torch.var(y_true - y_pred, unbiased=False) / var_y)
 
 
-def prefix_baseline_ev(inputs, mask, ret, fitted, scored, leave_one_out=False):
-    """The explained variance, on the scored rows, of the answer-prefix
-    baseline fitted on the fitted rows: each loss position's value is the
-    mean return the fitted rows had at the same response so far (the tokens
-    from the row's first loss position up to and including that position, as
-    the critic reads them), backing off to the longest such prefix some
-    fitted loss position has, and to the fitted mean when none does. The
-    prompt is not read: this is what the returns alone explain from the
-    answer so far, the reference a critic's held-out EV is read against. A
-    family whose return is decided k tokens into an n-token answer puts
-    about k/n of its variance where no value can know it.
+def prefix_ceiling_ev(inputs, mask, ret, rows):
+    """The most explained variance any value that reads only the response
+    so far can reach on these rows' returns: each loss position valued at
+    the mean return of the rows (these rows, in sample) whose response up to
+    and including that position (from the row's first loss position, as the
+    critic reads it; observations between turns included) is the same. That
+    minimises the squared error over every function of the response so far,
+    so no such critic exceeds it on these rows. A critic can only pass it by
+    reading the prompt, which helps where the policy's choice depends on the
+    prompt. A family whose return is decided k tokens into an n-token answer
+    puts about k/n of its variance where no value can know it.
 
-    inputs, mask, ret: (B, T) as a training forward pads them; fitted,
-    scored: (B,) bools. leave_one_out (fitted and scored the same rows)
-    scores each row against the others alone. nan when nothing is fitted or
-    the scored returns do not vary."""
+    inputs, mask, ret: (B, T) as a training forward pads them; rows: (B,)
+    bools. nan when the rows' returns do not vary."""
     ids, m, r = inputs.tolist(), mask.tolist(), ret.double().tolist()
-    fit_rows = [i for i, f in enumerate(fitted.tolist()) if f]
-    score_rows = [i for i, s in enumerate(scored.tolist()) if s]
-    if not fit_rows or not score_rows:
-        return float("nan")
+    picked = [i for i, f in enumerate(rows.tolist()) if f]
 
-    def positions(i):
-        """(position, is a loss token) from the row's first loss token on."""
-        try:
-            start = m[i].index(True)
-        except ValueError:
-            return []
-        last = len(m[i]) - 1 - m[i][::-1].index(True)
-        return [(j, m[i][j]) for j in range(start, last + 1)]
+    def path(i):
+        """The row's trie node at each position from its first loss one."""
+        if True not in m[i]:
+            return
+        start, last = m[i].index(True), len(m[i]) - 1 - m[i][::-1].index(True)
+        kids = root
+        for j in range(start, last + 1):
+            node = kids.setdefault(ids[i][j], [0.0, 0, {}])   # [sum, count, children]
+            kids = node[2]
+            if m[i][j]:
+                yield j, node
 
-    root = {}   # token -> [sum, count, children]
-    total, count = 0.0, 0
-    for i in fit_rows:
-        node = None
-        for j, loss in positions(i):
-            kids = root if node is None else node[2]
-            node = kids.setdefault(ids[i][j], [0.0, 0, {}])
-            if loss:
-                node[0] += r[i][j]
-                node[1] += 1
-                total, count = total + r[i][j], count + 1
+    root = {}
+    for i in picked:
+        for j, node in path(i):
+            node[0] += r[i][j]
+            node[1] += 1
     pred, true = [], []
-    for i in score_rows:
-        own = leave_one_out and i in fit_rows
-        node, best, kids = None, None, root
-        for j, loss in positions(i):
-            node = kids.get(ids[i][j]) if kids is not None else None
-            kids = None if node is None else node[2]
-            if not loss:
-                continue
-            if node is not None:
-                s, c = (node[0] - r[i][j], node[1] - 1) if own else (node[0], node[1])
-                if c > 0:
-                    best = s / c
-            if best is None:
-                s, c = (total - r[i][j], count - 1) if own else (total, count)
-                best = s / c if c > 0 else float("nan")
-            pred.append(best)
+    for i in picked:
+        for j, node in path(i):
+            pred.append(node[0] / node[1])
             true.append(r[i][j])
-    if not true or any(p != p for p in pred):
+    if not true:
         return float("nan")
     return explained_variance(torch.tensor(pred, dtype=torch.float64), torch.tensor(true, dtype=torch.float64))
 

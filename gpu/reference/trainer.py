@@ -329,8 +329,8 @@ class Trainer:
         _, ret = self._advantages(trajs, v0, mask, h)
         before = mask & held[:, None]   # the rows the critic has not been fitted on (a warm-up's new round)
         ev_before = ppo.explained_variance(v0[before], ret[before])
-        # What the seen rounds' returns alone explain of the new one from the answer so far: the reference for ev_before.
-        baseline = ppo.prefix_baseline_ev(inputs, mask, ret, ~held, held)
+        # The most any value reading only the answer so far explains of the new round: ev_before's ceiling.
+        ceiling = ppo.prefix_ceiling_ev(inputs, mask, ret, held)
 
         def train(mb):
             v = self._values(inputs[mb], mask=mask[mb])
@@ -346,7 +346,7 @@ class Trainer:
             v1 = self._values(inputs, mask=mask)
         ev_after = ppo.explained_variance(v1[mask], ret[mask])
         return {"value_loss": losses[-1], "explained_variance_before": ev_before, "explained_variance": ev_after,
-                "baseline_ev_before": baseline,
+                "ceiling_ev_before": ceiling,
                 "trajectories": len(trajs), "held_out": int(held.sum()), "tokens": int(mask.sum())}
 
     RIDGE = 3e-4   # per fitted value: the least-squares head's ridge (docs/learning.md)
@@ -453,8 +453,7 @@ class Trainer:
         self._beat()
         adv, ret = self._advantages(trajs, values, mask, h)
         ev = ppo.explained_variance(values[mask], ret[mask])
-        every = torch.ones(len(trajs), dtype=torch.bool)
-        baseline = ppo.prefix_baseline_ev(inputs, mask, ret, every, every, leave_one_out=True)
+        ceiling = ppo.prefix_ceiling_ev(inputs, mask, ret, torch.ones(len(trajs), dtype=torch.bool))
         total = h.update_epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
         step = 0
         stats = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clipfrac": []}
@@ -489,7 +488,7 @@ class Trainer:
         out = {k: sum(v) / len(v) for k, v in stats.items()}
         out.update(is_stats)
         out.update({
-            "explained_variance": ev, "baseline_ev": baseline,
+            "explained_variance": ev, "ceiling_ev": ceiling,
             "logprob_gap_replay": float(gaps["gap_replay"].mean()), "logprob_gap_noreplay": float(gaps["gap_free"].mean()),
             "logprob_gap_replay_max": float(gaps["gap_replay"].max()),
             "reward_mean": sum(t.reward for t in trajs) / len(trajs), "trajectories": len(trajs),
