@@ -37,13 +37,17 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 	if n.WarmEV == nil {
 		add("warm EV", "undefined", fmt.Sprintf(">= %.2f", b.WarmEV), false)
 	} else {
-		add("warm EV", fmt.Sprintf("%.3f%s", *n.WarmEV, ceilingOf(n.WarmCeiling)), fmt.Sprintf(">= %.2f", b.WarmEV), *n.WarmEV >= b.WarmEV)
+		add("warm EV", fmt.Sprintf("%.3f%s", *n.WarmEV, ceilingOf(n.WarmCeiling, b.WarmEV)), fmt.Sprintf(">= %.2f", b.WarmEV), *n.WarmEV >= b.WarmEV)
 	}
 	lo, loStep, loAt := math.Inf(1), 0, 0
+	var under []int // steps whose ceiling is below the bar: no critic reading the answer meets it there
 	for i, s := range n.Steps {
 		ev := math.NaN()
 		if i < len(n.Metrics) {
 			ev = metric(n.Metrics[i], "explained_variance")
+			if c := metric(n.Metrics[i], "ceiling_ev"); c < b.StepEV {
+				under = append(under, s)
+			}
 		}
 		if math.IsNaN(ev) {
 			ev = math.Inf(-1) // undefined in a step: nothing explained
@@ -55,16 +59,19 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 	if len(n.Steps) == 0 {
 		add("EV in every PPO step", "no PPO step", fmt.Sprintf(">= %.2f", b.StepEV), false)
 	} else {
-		var base *float64
+		var top *float64
 		if loAt < len(n.Metrics) {
 			if v := metric(n.Metrics[loAt], "ceiling_ev"); !math.IsNaN(v) {
-				base = &v
+				top = &v
 			}
 		}
-		got := fmt.Sprintf("lowest %.3f (step %d)%s", lo, loStep, ceilingOf(base))
+		got := fmt.Sprintf("lowest %.3f (step %d)%s", lo, loStep, ceilingOf(top, b.StepEV))
 		if math.IsInf(lo, -1) {
 			// Every return in the step equal (EV has no variance to explain), or no EV reported.
 			got = fmt.Sprintf("undefined in step %d", loStep)
+		}
+		if len(under) > 0 {
+			got += fmt.Sprintf("; ceiling under the bar in steps %v", under)
 		}
 		add("EV in every PPO step", got, fmt.Sprintf(">= %.2f", b.StepEV), lo >= b.StepEV)
 	}
@@ -93,12 +100,16 @@ func checkBars(n ReportNumbers, b Bars) []Bar {
 }
 
 // ceilingOf is the answer-prefix ceiling beside an EV, when there is one:
-// the most any value reading only the answer so far explains of the same returns.
-func ceilingOf(b *float64) string {
-	if b == nil {
+// the most any value reading only the answer so far explains of the same
+// returns, and whether it is under the bar.
+func ceilingOf(c *float64, bar float64) string {
+	if c == nil {
 		return ""
 	}
-	return fmt.Sprintf(", ceiling %.3f", *b)
+	if *c < bar {
+		return fmt.Sprintf(", ceiling %.3f (under the bar)", *c)
+	}
+	return fmt.Sprintf(", ceiling %.3f", *c)
 }
 
 // evalRate is the resolved rate of the first eval labelled label.

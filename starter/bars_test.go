@@ -86,6 +86,16 @@ func TestBarsShowTheCeilingBesideTheEV(t *testing.T) {
 	if b[1].Got != "lowest 0.200 (step 4), ceiling 0.830" || b[1].Met {
 		t.Errorf("step EV bar %+v", b[1])
 	}
+	// Ceilings under the bars: said, and the bars still missed.
+	wb = 0.604
+	n.Metrics[3]["ceiling_ev"], n.Metrics[5]["ceiling_ev"] = 0.45, 0.3
+	b = checkBars(n, DefaultBars)
+	if b[0].Got != "0.610, ceiling 0.604 (under the bar)" || b[0].Met {
+		t.Errorf("warm EV bar %+v", b[0])
+	}
+	if b[1].Got != "lowest 0.200 (step 4), ceiling 0.450 (under the bar); ceiling under the bar in steps [4 6]" || b[1].Met {
+		t.Errorf("step EV bar %+v", b[1])
+	}
 	if b := checkBars(barsReport(), DefaultBars); strings.Contains(b[0].Got+b[1].Got, "ceiling") {
 		t.Errorf("bars without a ceiling show one: %+v", b[:2])
 	}
