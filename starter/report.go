@@ -198,7 +198,7 @@ func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 }
 
 // floats is a series whose undefined points (NaN) are null in JSON, which
-// has no NaN, and gaps in the plots.
+// has no NaN, and no point in the plots.
 type floats []float64
 
 func (xs floats) MarshalJSON() ([]byte, error) {

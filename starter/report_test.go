@@ -83,7 +83,7 @@ func TestReportRendersPlotsAndNumbers(t *testing.T) {
 }
 
 // An undefined EV (every return in the step equal) is null in the JSON and a
-// gap in the plot, never 0; the answer-prefix ceiling is plotted beside EV.
+// point missing from the plot, never 0; the answer-prefix ceiling is plotted beside EV.
 func TestReportKeepsUndefinedEVUndefined(t *testing.T) {
 	rep := workflows.CampaignReportData{}
 	rep.Config.Name = "demo"

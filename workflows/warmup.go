@@ -264,7 +264,7 @@ func ceilingNote(h []WarmupRound) string {
 	for _, r := range h {
 		if r.Ceiling != nil {
 			return "; ceiling: the most any value that reads only the answer so far explains of the round's returns: " +
-				"EV well below it is the critic's shortfall, a ceiling below the gate the data's (docs/trainer-protocol.md)"
+				"a ceiling below the gate means no such critic passes it on that round, the data's limit, not the critic's (docs/trainer-protocol.md)"
 		}
 	}
 	return ""

@@ -133,33 +133,40 @@ def explained_variance(y_pred, y_true):
 def prefix_ceiling_ev(inputs, mask, ret, rows):
     """The most explained variance any value that reads only the response
     so far can reach on these rows' returns: each loss position valued at
-    the mean return of the rows (these rows, in sample) whose response up to
-    and including that position (from the row's first loss position, as the
-    critic reads it; observations between turns included) is the same. That
-    minimises the squared error over every function of the response so far,
-    so no such critic exceeds it on these rows. A critic can only pass it by
-    reading the prompt, which helps where the policy's choice depends on the
-    prompt. A family whose return is decided k tokens into an n-token answer
-    puts about k/n of its variance where no value can know it.
+    the mean return of the rows (these rows, in sample) whose response so
+    far is the same. A position's response so far is the tokens after the
+    prompt up to and including it, as the critic reads them (observations
+    between turns included); the first loss position is the prompt's last
+    token, with nothing of the response yet. That minimises the squared
+    error over every function of the response so far, so no such critic
+    exceeds it on these rows. A critic passes it only by reading the prompt
+    (where the return or the policy's choice depends on it) or by chance on
+    a small batch.
+
+    It bounds, it does not promise: a response seen once is valued at its
+    own return, so answers that differ early give a ceiling near 1 whatever
+    a critic could learn. A low ceiling is the informative one: when every
+    answer is the same for its first k of n tokens and the return is decided
+    there, about k/n of the variance is where no value can know it.
 
     inputs, mask, ret: (B, T) as a training forward pads them; rows: (B,)
     bools. nan when the rows' returns do not vary."""
     ids, m, r = inputs.tolist(), mask.tolist(), ret.double().tolist()
     picked = [i for i, f in enumerate(rows.tolist()) if f]
+    root = [0.0, 0, {}]   # [sum, count, children]: the empty response
 
     def path(i):
-        """The row's trie node at each position from its first loss one."""
+        """The row's trie node at each loss position."""
         if True not in m[i]:
             return
         start, last = m[i].index(True), len(m[i]) - 1 - m[i][::-1].index(True)
-        kids = root
+        node = root
         for j in range(start, last + 1):
-            node = kids.setdefault(ids[i][j], [0.0, 0, {}])   # [sum, count, children]
-            kids = node[2]
+            if j > start:   # inputs[start] is the prompt's last token
+                node = node[2].setdefault(ids[i][j], [0.0, 0, {}])
             if m[i][j]:
                 yield j, node
 
-    root = {}
     for i in picked:
         for j, node in path(i):
             node[0] += r[i][j]

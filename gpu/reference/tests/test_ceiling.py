@@ -99,3 +99,19 @@ def test_the_prompt_is_not_read_and_observations_are_context_only():
     # Loss positions 2, 3, 5: only [S] misses; one in three.
     assert math.isclose(ppo.prefix_ceiling_ev(inputs, mask, ret, every(4)), 1 - (1 / 3), abs_tol=1e-9)
     assert math.isnan(ppo.prefix_ceiling_ev(inputs, mask, ret, torch.zeros(4, dtype=torch.bool)))
+
+
+def test_observations_are_in_the_key_and_the_prompt_is_not():
+    """What a turn's screen showed tells the later turns apart; the prompt's
+    last token and its length (absolute positions) do not."""
+    # Turn 1 [S, H] alike, the observation (position 2, no loss) differs, turn 2 [T] alike.
+    inputs, mask = rows([[S, H, X, T], [S, H, T, T]])
+    mask[:, 2] = False
+    ret = returns(mask, [1, 0])
+    # Loss positions 0, 1, 3: the first two cannot tell the rows apart (residual 0.5 each), the last can.
+    assert math.isclose(ppo.prefix_ceiling_ev(inputs, mask, ret, every(2)), 1 - (4 * 0.25 / 6) / 0.25, abs_tol=1e-9)
+    # The same answer [H, T] after prompts of other lengths ending in other tokens: nothing to tell them apart.
+    inputs = torch.tensor([[7, 8, H, T, 0], [9, 9, 6, H, T]])
+    mask = torch.tensor([[False, True, True, True, False], [False, False, True, True, True]])
+    ret = returns(mask, [1, 0])
+    assert math.isclose(ppo.prefix_ceiling_ev(inputs, mask, ret, every(2)), 0.0, abs_tol=1e-9)

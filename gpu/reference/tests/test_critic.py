@@ -112,7 +112,8 @@ def test_held_out_ev_leaves_out_the_seen_trajectories(tmp_path):
     import httpjson
     import pytest
     fit = {"preset": "small", "hyper": {"epochs": 1}}
-    old, new = batch(tmp_path, "old", 8, 5, p_hello=0.9), batch(tmp_path, "new", 8, 6, p_hello=0.2)
+    # The seen rounds' answers decide the word 33 tokens in (ceiling about 0.6), the new round's at once (about 0.97).
+    old, new = batch(tmp_path, "old", 8, 5, p_hello=0.9, answer_of=action), batch(tmp_path, "new", 8, 6, p_hello=0.2)
     both = tmp_path / "both"
     pool(both, seen=old, new=new)
     entries = json.load(open(both / "meta.json"))["trajectories"]
@@ -124,6 +125,8 @@ def test_held_out_ev_leaves_out_the_seen_trajectories(tmp_path):
     b, n, o = (results[k]["explained_variance_before"] for k in ("both", "new", "old"))
     assert results["both"]["held_out"] == 8 and results["both"]["trajectories"] == 16
     assert abs(b - n) < 1e-5 and abs(b - o) > 1e-3, f"EV before: pooled {b}, new alone {n}, seen alone {o}"
+    b, n, o = (results[k]["ceiling_ev_before"] for k in ("both", "new", "old"))
+    assert abs(b - n) < 1e-6 and abs(b - o) > 0.2, f"ceiling: pooled {b}, new alone {n}, seen alone {o}"
     for op in ("sft", "ppo_step"):   # before ppo_step reads the routing this batch lacks
         with pytest.raises(httpjson.HTTPError, match=r"trajectories\[0\]\.seen is for critic_fit only"):
             tr._run(op, {"key": f"x-{op}", "batch_dir": str(both), **fit}, getattr(tr, op))

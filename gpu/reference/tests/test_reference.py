@@ -111,6 +111,10 @@ def test_ppo_step_metrics_and_idempotency(tmp_path):
               "logprob_gap_replay", "logprob_gap_noreplay"):
         assert k in res and not (isinstance(res[k], float) and math.isnan(res[k]) and k != "explained_variance"), k
     assert res["version"] == 1 and not res["replayed"]
+    _, ts = tr._load_batch({"batch_dir": d}, need_routing=False)   # the ceiling on this batch's returns
+    p = B.pad(ts, "cpu")
+    ret = p.mask.double() * torch.tensor([t.reward for t in ts], dtype=torch.float64)[:, None]
+    assert res["ceiling_ev"] == pytest.approx(ppo.prefix_ceiling_ev(p.inputs, p.mask, ret, torch.ones(3, dtype=torch.bool)))
     again = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small"}, tr.ppo_step)
     assert again["replayed"] and again["version"] == 1 and tr.version == 1
     log = open(os.path.join(tmp_path, "w", "ops.log")).read()
