@@ -223,7 +223,7 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		fmt.Fprintf(w, "  latest checkpoint %s (compare: starter eval --pool POOL --checkpoint %s:init,%s:latest --wait)\n", s.Checkpoint, s.Name, s.Name)
 	}
 	if s.ColdEV != nil || s.WarmEV != nil {
-		fmt.Fprintf(w, "  critic explained variance: cold %s, warm %s%s\n", fmtEV(s.ColdEV), fmtEV(s.WarmEV), ceilingOf(s.WarmCeiling, math.Inf(-1)))
+		fmt.Fprintf(w, "  critic explained variance: cold %s, warm %s%s\n", fmtEV(s.ColdEV), fmtEV(s.WarmEV), ceilingOf(s.WarmCeiling, math.Inf(-1))) // status knows no bar
 	}
 	for _, r := range s.Recent {
 		b, _ := json.Marshal(r.Metrics)

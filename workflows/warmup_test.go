@@ -209,13 +209,13 @@ func TestWarmupFitSendsTheCampaignsCriticRate(t *testing.T) {
 // result (the warm round's), in the history, and in the gate's miss, so an
 // operator reads a miss as the critic's or the data's.
 func TestWarmupRecordsTheCeilingBesideEachRound(t *testing.T) {
-	withBase := func(before, base float64) gpu.Metrics {
+	withCeiling := func(before, top float64) gpu.Metrics {
 		m := ev(before, 0.9)
-		m["ceiling_ev_before"] = base
+		m["ceiling_ev_before"] = top
 		return m
 	}
 	cold := ev(-2.0, 0.9) // round 1 without a ceiling: only the rounds that report one show one
-	env, _ := warmupEnv(t, warmupIn(), cold, withBase(0.61, 0.74), withBase(0.66, 0.52))
+	env, _ := warmupEnv(t, warmupIn(), cold, withCeiling(0.61, 0.74), withCeiling(0.66, 0.52))
 	_, err := runWarmup(t, env, warmupIn())
 	var res WarmupResult
 	if !gateMissed(err, &res) {

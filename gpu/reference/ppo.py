@@ -155,30 +155,23 @@ def prefix_ceiling_ev(inputs, mask, ret, rows):
     picked = [i for i, f in enumerate(rows.tolist()) if f]
     root = [0.0, 0, {}]   # [sum, count, children]: the empty response
 
-    def path(i):
-        """The row's trie node at each loss position."""
+    visits = []   # (trie node, return) at every loss position of every picked row
+    for i in picked:
         if True not in m[i]:
-            return
+            continue
         start, last = m[i].index(True), len(m[i]) - 1 - m[i][::-1].index(True)
         node = root
         for j in range(start, last + 1):
             if j > start:   # inputs[start] is the prompt's last token
                 node = node[2].setdefault(ids[i][j], [0.0, 0, {}])
             if m[i][j]:
-                yield j, node
-
-    for i in picked:
-        for j, node in path(i):
-            node[0] += r[i][j]
-            node[1] += 1
-    pred, true = [], []
-    for i in picked:
-        for j, node in path(i):
-            pred.append(node[0] / node[1])
-            true.append(r[i][j])
-    if not true:
+                node[0] += r[i][j]
+                node[1] += 1
+                visits.append((node, r[i][j]))
+    if not visits:
         return float("nan")
-    return explained_variance(torch.tensor(pred, dtype=torch.float64), torch.tensor(true, dtype=torch.float64))
+    pred = torch.tensor([n[0] / n[1] for n, _ in visits], dtype=torch.float64)
+    return explained_variance(pred, torch.tensor([y for _, y in visits], dtype=torch.float64))
 
 
 def policy_loss(new_logp, old_logp, adv, clip_coef, is_weight=None):
