@@ -215,15 +215,17 @@ class Trainer:
             g["lr"] = lr
 
     def _advantages(self, trajs, values, mask, h):
-        """Per trajectory: the reward on its last loss token, GAE over loss tokens."""
+        """Per trajectory: the reward on its last loss token, GAE over loss
+        tokens, summed in float64: in float32 the telescoping sum over a long
+        answer leaves the return off the reward (1.0000006 for 1)."""
         adv = torch.zeros_like(values)
         ret = torch.zeros_like(values)
         for i, t in enumerate(trajs):
             idx = mask[i].nonzero(as_tuple=True)[0]
-            r = torch.zeros(idx.shape[0], device=values.device)
+            r = torch.zeros(idx.shape[0], dtype=torch.float64, device=values.device)
             r[-1] = t.reward
-            a, g = ppo.gae(r, values[i, idx], h.gamma, h.gae_lambda)
-            adv[i, idx], ret[i, idx] = a, g
+            a, g = ppo.gae(r, values[i, idx].double(), h.gamma, h.gae_lambda)
+            adv[i, idx], ret[i, idx] = a.to(adv.dtype), g.to(ret.dtype)
         return adv, ret
 
     def _minibatches(self, n, k, cap=8, gen=None):
