@@ -146,8 +146,9 @@ class Weights(Stateful):
     layout (saved_layout) says which there are; the hyperparameters
     (param_groups) are the fresh optimiser's (each operation sets its rates)."""
 
-    def __init__(self, model, opt, layout=None):
+    def __init__(self, model, opt, layout=None, absent=()):
         self.model, self.opt, self.layout = model, opt, layout
+        self.absent = absent   # loading: the model's optional keys the checkpoint lacks (optional_absent)
 
     def state_dict(self):
         if self.layout is None:   # saving: what the optimiser has
@@ -156,13 +157,27 @@ class Weights(Stateful):
             params = [p for g in self.opt.param_groups for p in g["params"]]
             optim = {i: {k: torch.zeros(()) if k == "step" else torch.zeros_like(params[int(i)]) for k in keys}
                      for i, keys in self.layout.items()}
-        return {"model": self.model.state_dict(), "optim": optim}
+        model = self.model.state_dict()
+        for k in self.absent:
+            model.pop(k)
+        return {"model": model, "optim": optim}
 
     def load_state_dict(self, sd):
-        self.model.load_state_dict(sd["model"])
+        missing, unexpected = self.model.load_state_dict(sd["model"], strict=False)
+        if set(missing) != set(self.absent) or unexpected:
+            raise ValueError(f"DCP state: the model's keys missing {sorted(set(missing) - set(self.absent))}, "
+                             f"unexpected {unexpected}")
         osd = self.opt.state_dict()
         osd["state"] = {int(i): st for i, st in sd["optim"].items()}
         self.opt.load_state_dict(osd)
+
+
+def optional_absent(path, name, model):
+    """The optional keys of model's state (a critic's value range, newer
+    than some states) that the DCP checkpoint at path lacks: they keep the
+    fresh model's values (an empty range: not fitted yet)."""
+    saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
+    return tuple(k for k in (T.M.VALUE_RANGE,) if hasattr(model, k) and f"{name}.model.{k}" not in saved)
 
 
 def saved_layout(path, name):
@@ -268,7 +283,7 @@ class ShardedProgress(epochs.Progress):
                 shutil.rmtree(self.dir, ignore_errors=True)
             return None
         path = os.path.join(self.dir, meta["file"])
-        dcp.load({"w": Weights(model, opt, saved_layout(path, "w"))}, checkpoint_id=path)
+        dcp.load({"w": Weights(model, opt, saved_layout(path, "w"), optional_absent(path, "w", model))}, checkpoint_id=path)
         gen.set_state(torch.load(os.path.join(self.dir, meta["file"] + ".gen.pt")))
         return meta["counters"]
 
@@ -499,7 +514,8 @@ class ShardedTrainer(T.Trainer):
     # ---- state ---------------------------------------------------------------
     def _stateful(self, path=None):
         """What DCP saves (path None) or loads from path: both models with their optimisers."""
-        return {name: Weights(m, o, None if path is None else saved_layout(path, name))
+        return {name: Weights(m, o, None if path is None else saved_layout(path, name),
+                              () if path is None else optional_absent(path, name, m))
                 for name, m, o in (("actor", self.actor, self.actor_opt), ("critic", self.critic, self.critic_opt))}
 
     def _commit_state(self, rec=None):

@@ -49,6 +49,7 @@ import httpjson  # noqa: E402  (gpu/reference)
 
 
 reference = hfmoe.reference_module("trainer")   # gpu/reference/trainer.py
+M = reference.M   # gpu/reference/model.py: the critic's value range
 
 CRITIC_FILE = "critic.safetensors"
 VERSION_FILE = "t1flow.json"
@@ -84,6 +85,7 @@ class Critic(nn.Module):
             self.register_buffer(POOL_MAX_MARK, torch.ones(1))
         width = backbone.config.hidden_size * (2 if pool else 1)
         self.value_head = nn.Linear(width, 1)
+        self.register_buffer(M.VALUE_RANGE, M.empty_range())   # the returns it was fitted on (the reference's)
 
     def forward(self, ids, start=None, features=False):
         """Values (B, T), or with features what the value head reads (B, T,
@@ -131,6 +133,7 @@ def response_start(mask):
 def critic_state(critic, sd, where):
     """Load the state dict sd (from where, named in errors) into critic."""
     missing, unexpected = critic.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if k != M.VALUE_RANGE]   # a critic saved before the range: not fitted yet
     if missing or unexpected:
         raise ValueError(f"{where}: missing {missing}, unexpected {unexpected}")
 

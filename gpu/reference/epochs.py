@@ -16,6 +16,7 @@ import shutil
 import torch
 
 import commit
+from model import VALUE_RANGE
 
 
 def _dir(workdir, key):
@@ -49,7 +50,9 @@ class Progress:
             shutil.rmtree(self.dir, ignore_errors=True)   # another request's, or from another base
             return None
         saved = torch.load(os.path.join(self.dir, meta["file"]), map_location="cpu")
-        model.load_state_dict(saved["model"])
+        missing, unexpected = model.load_state_dict(saved["model"], strict=False)
+        if set(missing) - {VALUE_RANGE} or unexpected:   # an epoch saved before the critic's range: it keeps the committed one
+            raise RuntimeError(f"{self.dir}/{meta['file']}: the model's keys missing {missing}, unexpected {unexpected}")
         opt.load_state_dict(saved["opt"])
         gen.set_state(saved["gen"])
         return meta["counters"]

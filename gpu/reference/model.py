@@ -166,6 +166,8 @@ class Transformer(nn.Module):
         self.ln_f = nn.LayerNorm(cfg.d_model)
         width = 2 * cfg.d_model if cfg.value_head and cfg.value_pool else cfg.d_model
         self.head = nn.Linear(width, 1 if cfg.value_head else cfg.vocab_size, bias=cfg.value_head)
+        if cfg.value_head:
+            self.register_buffer(VALUE_RANGE, empty_range())
 
     def forward(self, ids, routing=None, caches=None, start=0, jitter=0.0):
         """ids (B, T); routing (B, T, L, k) to replay, or None to select.
@@ -200,6 +202,33 @@ class Transformer(nn.Module):
 
 
 ASSISTANT = 256 + SPECIAL_TOKENS.index("<|assistant|>")
+
+# A critic's buffer [lo, hi]: the least and greatest return it has been
+# fitted on, which its values are clipped to wherever they stand in for a
+# return (a baseline, its explained variance). lo > hi: not fitted yet.
+VALUE_RANGE = "value_range"
+
+
+def empty_range():
+    return torch.tensor([math.inf, -math.inf])
+
+
+def widen_range(r, returns):
+    """r (a VALUE_RANGE buffer) widened, in place, to cover returns."""
+    if returns.numel():
+        r.copy_(torch.stack([torch.minimum(r[0], returns.min().to(r)), torch.maximum(r[1], returns.max().to(r))]))
+
+
+def clip_to_range(values, r):
+    """values clipped to r; unchanged while r is empty (or None: a critic
+    without the buffer). A linear value head extrapolates on an answer
+    unlike any it was fitted on: on the demo, up to 1.90 and down to -1.40
+    on a garbled answer of return 0, where every return lies in [0, 1].
+    Below the least return, R - V rewards an answer that earned nothing;
+    above the greatest, it punishes the best one (docs/learning.md)."""
+    if r is None or not bool(r[0] <= r[1]):
+        return values
+    return values.clamp(float(r[0]), float(r[1]))
 
 
 def pool_response(ids, h, op="mean"):
@@ -247,6 +276,7 @@ def load_checkpoint(directory, name="model", device="cpu"):
     model = Transformer(cfg)
     state, meta = safetensors_io.load(w_path)
     missing, unexpected = model.load_state_dict(state, strict=False)
+    missing = [k for k in missing if k != VALUE_RANGE]   # a critic saved before the range: not fitted yet
     if missing or unexpected:
         raise ValueError(f"checkpoint {w_path}: missing {missing}, unexpected {unexpected}")
     return model.to(device), meta

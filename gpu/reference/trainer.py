@@ -310,6 +310,28 @@ class Trainer:
         v, _ = self.critic(inputs)
         return v.float()
 
+    def _value_range(self):
+        """The critic's VALUE_RANGE buffer, or None for a critic without one."""
+        return getattr(self.critic, M.VALUE_RANGE, None)
+
+    def _baseline(self, inputs, mask):
+        """The critic's values where they stand in for a return (the
+        advantage's baseline, the explained variance), clipped to the range
+        of the returns it has been fitted on (model.clip_to_range), and the
+        fraction of the loss tokens that were clipped. Training reads
+        _values: a clipped value has no gradient to learn from."""
+        with torch.no_grad():
+            v = self._values(inputs, mask=mask)
+        clipped = M.clip_to_range(v, self._value_range())
+        n = int(mask.sum())
+        return clipped, (int((clipped != v)[mask].sum()) / n if n else 0.0)
+
+    def _fitted_on(self, returns):
+        """The critic has been fitted on these returns: its range covers them."""
+        r = self._value_range()
+        if r is not None:
+            M.widen_range(r, returns)
+
     def critic_fit(self, req):
         """The critic fitted to the batch's returns under the critic it
         starts from; a crash loses at most the epoch in flight (_epochs).
@@ -325,8 +347,7 @@ class Trainer:
         held = torch.tensor([not t.seen for t in trajs], device=mask.device)
         if not held.any():
             raise httpjson.HTTPError(400, "critic_fit: every trajectory is marked seen: nothing is held out for explained_variance_before")
-        with torch.no_grad():   # before any saved epoch is loaded: the committed critic's
-            v0 = self._values(inputs, mask=mask)
+        v0, clipped_before = self._baseline(inputs, mask)   # before any saved epoch is loaded: the committed critic's
         self._beat()
         _, ret = self._advantages(trajs, v0, mask, h)
         before = mask & held[:, None]   # the rows the critic has not been fitted on (a warm-up's new round)
@@ -344,12 +365,17 @@ class Trainer:
             return float(loss), 0
         losses, _ = self._epochs("critic_fit", req, h, self.critic, self.critic_opt, len(trajs), train, "value_loss")
         self._solve_value_head(inputs, mask, ret)
-        with torch.no_grad():
-            v1 = self._values(inputs, mask=mask)
+        self._fitted_on(ret[mask])
+        v1, _ = self._baseline(inputs, mask)
         ev_after = ppo.explained_variance(v1[mask], ret[mask])
         return {"value_loss": losses[-1], "explained_variance_before": ev_before, "explained_variance": ev_after,
-                "ceiling_ev_before": ceiling,
+                "ceiling_ev_before": ceiling, "value_clipped_before": clipped_before, "value_range": self._range_out(),
                 "trajectories": len(trajs), "held_out": int(held.sum()), "tokens": int(mask.sum())}
+
+    def _range_out(self):
+        """The critic's range for a result: [lo, hi], or None before any fit."""
+        r = self._value_range()
+        return None if r is None or not bool(r[0] <= r[1]) else [float(r[0]), float(r[1])]
 
     RIDGE = 3e-4   # per fitted value: the least-squares head's ridge (docs/learning.md)
 
@@ -450,8 +476,7 @@ class Trainer:
         gaps = self.logprob_gaps(p)
         old_logp = gaps["replayed"]
         is_w, is_stats = self._is_weights(trajs, p, old_logp, h)
-        with torch.no_grad():
-            values = self._values(inputs, mask=mask)
+        values, clipped = self._baseline(inputs, mask)
         self._beat()
         adv, ret = self._advantages(trajs, values, mask, h)
         ev = ppo.explained_variance(values[mask], ret[mask])
@@ -487,10 +512,11 @@ class Trainer:
                 step += 1
                 self._tick(step, total, policy_loss=float(pg), value_loss=float(vl))
         self._solve_value_head(inputs, mask, ret)   # for the next step's batch: the returns this one saw
+        self._fitted_on(ret[mask])
         out = {k: sum(v) / len(v) for k, v in stats.items()}
         out.update(is_stats)
         out.update({
-            "explained_variance": ev, "ceiling_ev": ceiling,
+            "explained_variance": ev, "ceiling_ev": ceiling, "value_clipped": clipped, "value_range": self._range_out(),
             "logprob_gap_replay": float(gaps["gap_replay"].mean()), "logprob_gap_noreplay": float(gaps["gap_free"].mean()),
             "logprob_gap_replay_max": float(gaps["gap_replay"].max()),
             "reward_mean": sum(t.reward for t in trajs) / len(trajs), "trajectories": len(trajs),

@@ -162,3 +162,37 @@ def test_the_critic_reads_the_running_max_and_its_files_say_so(tiny, tmp_path):
     with torch.no_grad():
         x = tr._value_features(ids, mask)
     assert torch.allclose(x[0, 2:, C:], torch.cumsum(h[0, 2:], 0) / torch.arange(1, 5)[:, None], atol=1e-4)
+
+
+def test_the_critic_keeps_the_range_of_its_returns_and_clips_to_it(tiny, tmp_path):
+    """As the reference's (gpu/reference/tests/test_value_range.py): a fit
+    sets the critic's value range, critic.safetensors keeps it, a critic
+    saved before it loads as not fitted, and a baseline above every fitted
+    return is clipped to the greatest (a constant: explained variance 0)."""
+    from safetensors.torch import load_file, save_file
+    import model as M   # gpu/reference
+
+    ck = tiny("qwen3_moe")
+    tok = hfmoe.load_tokenizer(ck)
+    tr = make_trainer(tmp_path / "w", ck)
+    assert tr._range_out() is None
+    d = batch(tmp_path, "a", *trajs(tok, 6, 2))
+    res = op(tr, "critic_fit", "critic/1", d, preset="small", hyper={"epochs": 1})
+    assert res["value_range"] == pytest.approx([2 / 7, 1.0], abs=1e-6)
+    saved = tmp_path / "saved"
+    tr._save(str(saved))
+    sd = load_file(str(saved / T.CRITIC_FILE))
+    assert sd[M.VALUE_RANGE].tolist() == pytest.approx([2 / 7, 1.0], abs=1e-6)
+    with torch.no_grad():
+        tr.critic.value_head.bias += 10.0
+    _, ts = tr._load_batch({"batch_dir": d}, need_routing=False)
+    import batch as B   # gpu/reference
+    p = B.pad(ts, "cpu")
+    v, clipped = tr._baseline(p.inputs, p.mask)
+    assert clipped == 1.0 and torch.allclose(v[p.mask], torch.full_like(v[p.mask], float(res["value_range"][1])))
+    del sd[M.VALUE_RANGE]   # a critic from before the range
+    save_file(sd, str(saved / T.CRITIC_FILE))
+    tr._load(str(saved))
+    assert tr._range_out() is None
+    v, clipped = tr._baseline(p.inputs, p.mask)
+    assert clipped == 0.0

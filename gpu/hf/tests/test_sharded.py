@@ -135,7 +135,8 @@ def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
     two = {"sft": uncrashed["sft"], "ppo_step": uncrashed["ppo"]}
     for name, metrics in (("sft", ("loss", "loss_first", "tokens")),
                           ("ppo_step", ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance",
-                                        "logprob_gap_replay", "logprob_gap_noreplay", "tokens"))):
+                                        "logprob_gap_replay", "logprob_gap_noreplay", "tokens", "value_clipped",
+                                        "value_range"))):
         for m in metrics:
             assert two[name][m] == pytest.approx(one[name][m], rel=1e-4, abs=1e-6), (name, m)
     got = weights(uncrashed["saved"])
@@ -192,3 +193,30 @@ def test_rank_killed_mid_step_trains_the_key_once_and_resumes_to_the_same_bits(t
         assert set(got[kind]) == set(want[kind])
         for k in want[kind]:
             assert torch.equal(got[kind][k], want[kind][k]), f"{kind} {k} differs from the uncrashed run"
+
+
+def test_a_state_saved_before_the_value_range_loads_as_not_fitted(tiny, tmp_path):
+    """DCP states written before the critic had its value range (one
+    process here: DCP needs no process group) load with the range empty
+    (not fitted yet) where optional_absent names it, as ShardedTrainer's
+    state and ShardedProgress's saved epochs do; without it, DCP refuses
+    the missing key."""
+    import torch.distributed.checkpoint as dcp
+    import model as M   # gpu/reference
+
+    tr = make_trainer(tmp_path / "w", tiny("qwen3_moe"))
+    old = tr._critic_from(None)
+    M.widen_range(old.value_range, torch.tensor([0.0, 1.0]))
+    del old._buffers[M.VALUE_RANGE]   # as a critic made before the range
+    path = str(tmp_path / "dcp")
+    dcp.save({"critic": sharded.Weights(old, torch.optim.Adam(old.parameters()))}, checkpoint_id=path)
+    fresh = tr._critic_from(None)
+    absent = sharded.optional_absent(path, "critic", fresh)
+    assert absent == (M.VALUE_RANGE,)
+    opt = torch.optim.Adam(fresh.parameters())
+    dcp.load({"critic": sharded.Weights(fresh, opt, sharded.saved_layout(path, "critic"), absent)}, checkpoint_id=path)
+    assert torch.equal(fresh.value_head.weight, old.value_head.weight)
+    assert fresh.value_range[0] > fresh.value_range[1], "the range the state lacks stays empty: not fitted yet"
+    with pytest.raises(BaseException, match="Missing key in checkpoint state_dict: critic.model.value_range"):   # without the allowance
+        dcp.load({"critic": sharded.Weights(tr._critic_from(None), opt, sharded.saved_layout(path, "critic"))},
+                 checkpoint_id=path)
