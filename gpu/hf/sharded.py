@@ -177,7 +177,7 @@ def optional_absent(path, name, model):
     than some states) that the DCP checkpoint at path lacks: they keep the
     fresh model's values (an empty range: not fitted yet)."""
     saved = dcp.FileSystemReader(path).read_metadata().state_dict_metadata
-    return tuple(k for k in (T.M.VALUE_RANGE,) if hasattr(model, k) and f"{name}.model.{k}" not in saved)
+    return tuple(k for k in T.M.OPTIONAL_KEYS if hasattr(model, k) and f"{name}.model.{k}" not in saved)
 
 
 def saved_layout(path, name):

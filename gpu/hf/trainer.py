@@ -133,7 +133,7 @@ def response_start(mask):
 def critic_state(critic, sd, where):
     """Load the state dict sd (from where, named in errors) into critic."""
     missing, unexpected = critic.load_state_dict(sd, strict=False)
-    missing = [k for k in missing if k != M.VALUE_RANGE]   # a critic saved before the range: not fitted yet
+    missing = M.required_missing(missing)   # a critic saved before the range: not fitted yet
     if missing or unexpected:
         raise ValueError(f"{where}: missing {missing}, unexpected {unexpected}")
 

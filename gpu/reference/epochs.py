@@ -16,7 +16,7 @@ import shutil
 import torch
 
 import commit
-from model import VALUE_RANGE
+import model as M
 
 
 def _dir(workdir, key):
@@ -51,7 +51,7 @@ class Progress:
             return None
         saved = torch.load(os.path.join(self.dir, meta["file"]), map_location="cpu")
         missing, unexpected = model.load_state_dict(saved["model"], strict=False)
-        if set(missing) - {VALUE_RANGE} or unexpected:   # an epoch saved before the critic's range: it keeps the committed one
+        if M.required_missing(missing) or unexpected:   # an epoch saved before the critic's range: it keeps the committed one
             raise RuntimeError(f"{self.dir}/{meta['file']}: the model's keys missing {missing}, unexpected {unexpected}")
         opt.load_state_dict(saved["opt"])
         gen.set_state(saved["gen"])

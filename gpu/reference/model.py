@@ -207,6 +207,14 @@ ASSISTANT = 256 + SPECIAL_TOKENS.index("<|assistant|>")
 # fitted on, which its values are clipped to wherever they stand in for a
 # return (a baseline, its explained variance). lo > hi: not fitted yet.
 VALUE_RANGE = "value_range"
+# State keys newer than some saved states: a state without them loads
+# keeping the fresh model's values (an empty range: not fitted yet).
+OPTIONAL_KEYS = (VALUE_RANGE,)
+
+
+def required_missing(missing):
+    """The keys of missing (load_state_dict's) that a saved state must have."""
+    return [k for k in missing if k not in OPTIONAL_KEYS]
 
 
 def empty_range():
@@ -219,6 +227,11 @@ def widen_range(r, returns):
         r.copy_(torch.stack([torch.minimum(r[0], returns.min().to(r)), torch.maximum(r[1], returns.max().to(r))]))
 
 
+def range_bounds(r):
+    """(lo, hi) of a VALUE_RANGE buffer, or None while it is empty (or r is None)."""
+    return None if r is None or not bool(r[0] <= r[1]) else (float(r[0]), float(r[1]))
+
+
 def clip_to_range(values, r):
     """values clipped to r; unchanged while r is empty (or None: a critic
     without the buffer). A linear value head extrapolates on an answer
@@ -226,9 +239,8 @@ def clip_to_range(values, r):
     on a garbled answer of return 0, where every return lies in [0, 1].
     Below the least return, R - V rewards an answer that earned nothing;
     above the greatest, it punishes the best one (docs/learning.md)."""
-    if r is None or not bool(r[0] <= r[1]):
-        return values
-    return values.clamp(float(r[0]), float(r[1]))
+    b = range_bounds(r)
+    return values if b is None else values.clamp(*b)
 
 
 def pool_response(ids, h, op="mean"):
@@ -276,7 +288,7 @@ def load_checkpoint(directory, name="model", device="cpu"):
     model = Transformer(cfg)
     state, meta = safetensors_io.load(w_path)
     missing, unexpected = model.load_state_dict(state, strict=False)
-    missing = [k for k in missing if k != VALUE_RANGE]   # a critic saved before the range: not fitted yet
+    missing = required_missing(missing)   # a critic saved before the range: not fitted yet
     if missing or unexpected:
         raise ValueError(f"checkpoint {w_path}: missing {missing}, unexpected {unexpected}")
     return model.to(device), meta

@@ -374,8 +374,8 @@ class Trainer:
 
     def _range_out(self):
         """The critic's range for a result: [lo, hi], or None before any fit."""
-        r = self._value_range()
-        return None if r is None or not bool(r[0] <= r[1]) else [float(r[0]), float(r[1])]
+        b = M.range_bounds(self._value_range())
+        return None if b is None else list(b)
 
     RIDGE = 3e-4   # per fitted value: the least-squares head's ridge (docs/learning.md)
 

@@ -9,6 +9,7 @@ import os
 import pytest
 import torch
 
+import batch as B
 import model as M
 import ppo
 import safetensors_io
@@ -29,13 +30,13 @@ def test_clip_to_range_is_a_no_op_until_fitted():
     assert M.clip_to_range(v, r).tolist() == [0.25, 0.5, 1.5]
 
 
-def prompts(tr_or_eng, n):
+def prompts(n):
     return [[257] + list(b"t%d" % i) for i in range(n)]
 
 
 def test_a_fit_sets_the_range_and_a_checkpoint_keeps_it(tmp_path):
     eng = make_engine(seed=0)
-    trajs = [rollout(eng, p, max_new=12, seed=i) for i, p in enumerate(prompts(eng, 4))]
+    trajs = [rollout(eng, p, max_new=12, seed=i) for i, p in enumerate(prompts(4))]
     d = write_batch(tmp_path / "b", trajs, [0.25, 0.5, 0.75, 0.5])
     torch.manual_seed(0)
     tr = make_trainer(tmp_path / "w", seed=0)
@@ -74,7 +75,7 @@ def test_ppo_step_clips_its_baseline_to_the_range(tmp_path):
     value loss still reads the unclipped values (about 50: a clipped one
     would be under 1). A return above the range widens it."""
     eng = make_engine(seed=0)
-    trajs = [rollout(eng, p, max_new=16, seed=i) for i, p in enumerate(prompts(eng, 6))]
+    trajs = [rollout(eng, p, max_new=16, seed=i) for i, p in enumerate(prompts(6))]
     rewards = [0.0, 0.25, 1.0, 0.5, 1.0, 0.0]
     d = write_batch(tmp_path / "b", trajs, rewards)
     step = write_batch(tmp_path / "step", trajs, rewards[:-1] + [1.5])   # the step's batch: one return above the range
@@ -83,7 +84,7 @@ def test_ppo_step_clips_its_baseline_to_the_range(tmp_path):
     fit = tr._run("critic_fit", {"key": "c/1", "batch_dir": d, **FIT}, tr.critic_fit)
     assert fit["value_range"] == [0.0, 1.0]
     _, ts = tr._load_batch({"batch_dir": d}, need_routing=False)
-    p = __import__("batch").pad(ts, "cpu")
+    p = B.pad(ts, "cpu")
     ret = torch.tensor(rewards)[:, None].expand_as(p.mask)[p.mask]
     with torch.no_grad():
         tr.critic.head.bias += 10.0   # every value far above the range
