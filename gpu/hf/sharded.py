@@ -469,6 +469,10 @@ class ShardedTrainer(T.Trainer):
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
         P.skip_unused_experts(self.critic_opt, self.critic)
 
+    def _fresh_actor_optimizer(self):
+        super()._fresh_actor_optimizer()
+        P.skip_unused_experts(self.actor_opt, self.actor)
+
     def _logp(self, inputs, targets, routing, temperature=None):
         """This rank's rows through the policy (with their own routing rows);
         every rank's log-probs, entropies and captured routing, gathered."""

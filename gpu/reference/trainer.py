@@ -289,8 +289,18 @@ class Trainer:
             return float(loss), int(m.sum())
         losses, tokens = self._epochs("sft", req, h, self.actor, self.actor_opt, len(trajs), train, "loss")
         self._critic_from_policy()
+        self._fresh_actor_optimizer()
         return {"loss": losses[-1], "loss_first": losses[0], "tokens": tokens, "trajectories": len(trajs),
-                "critic": "from the SFT policy"}
+                "critic": "from the SFT policy", "actor_optimizer": "fresh"}
+
+    def _fresh_actor_optimizer(self):
+        """RL starts from the SFT policy with a fresh optimizer, as it does
+        where RL is a job of its own started from the SFT checkpoint. Kept,
+        SFT's Adam moments would carry into PPO's first updates (about 0.43
+        of its momentum after step 1's eight updates, its second moments for
+        about a thousand), and a campaign's PPO could not be replayed from
+        its checkpoints, which hold no optimizer state (docs/learning.md)."""
+        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-6)
 
     def _critic_from_policy(self):
         """The critic starts where the recipe starts it: a copy of the SFT

@@ -133,6 +133,7 @@ def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
         torch.manual_seed(sharded.op_seed(key))   # as every rank does (the minibatch order)
         one[name] = op(tr, name, key, sampled, **HYPER)
     two = {"sft": uncrashed["sft"], "ppo_step": uncrashed["ppo"]}
+    assert one["sft"]["actor_optimizer"] == two["sft"]["actor_optimizer"] == "fresh"
     for name, metrics in (("sft", ("loss", "loss_first", "tokens")),
                           ("ppo_step", ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance",
                                         "logprob_gap_replay", "logprob_gap_noreplay", "tokens", "value_clipped",

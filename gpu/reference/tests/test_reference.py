@@ -158,7 +158,7 @@ def test_critic_warmup_raises_explained_variance(tmp_path):
     assert res["explained_variance"] > 0.5
 
 
-def test_sft_lowers_loss(tmp_path):
+def sft_batch(path):
     tok = M.Tokenizer()
     trajs = []
     for i in range(4):
@@ -166,10 +166,32 @@ def test_sft_lowers_loss(tmp_path):
         r = tok.encode('{"commands": [{"keystrokes": "ls -la\\n"}]}<|im_end|>')
         trajs.append({"tokens": torch.tensor(p + r, dtype=torch.int32),
                       "loss_mask": torch.tensor([0] * len(p) + [1] * len(r), dtype=torch.uint8)})
-    d = write_batch(tmp_path / "b", trajs, [0.0] * 4)
+    return write_batch(path, trajs, [0.0] * 4)
+
+
+def test_sft_lowers_loss(tmp_path):
+    d = sft_batch(tmp_path / "b")
     tr = make_trainer(tmp_path / "w")
     res = tr._run("sft", {"key": "sft", "batch_dir": d, "preset": "small", "hyper": {"epochs": 30}}, tr.sft)
     assert res["loss"] < 0.5 * res["loss_first"]
+
+
+def test_rl_starts_with_a_fresh_actor_optimizer(tmp_path):
+    """SFT's Adam moments do not carry into PPO: after SFT an update with no
+    gradient leaves the policy where it is. With SFT's momentum kept it
+    moves every parameter SFT moved; so does a restart from the state SFT
+    committed."""
+    d = sft_batch(tmp_path / "b")
+    tr = make_trainer(tmp_path / "w")
+    res = tr._run("sft", {"key": "sft", "batch_dir": d, "preset": "small", "hyper": {"epochs": 3}}, tr.sft)
+    assert res["actor_optimizer"] == "fresh"
+    for t in (tr, make_trainer(tmp_path / "w")):   # the live trainer, then one restarted from its state
+        before = [p.detach().clone() for p in t.actor.parameters()]
+        for p in t.actor.parameters():
+            p.grad = torch.zeros_like(p)
+        t.actor_opt.step()
+        moved = sum(int(not torch.equal(a, p)) for a, p in zip(before, t.actor.parameters()))
+        assert moved == 0, f"{moved} parameter tensors moved on a zero gradient: SFT's momentum carried into RL"
 
 
 def test_safetensors_round_trip(tmp_path):
