@@ -80,7 +80,10 @@ bin/starter tasks import "$STATE/learn/heldout" --pool hello-heldout
 echo
 echo "== 5. the campaign: SFT, critic warm-up, PPO, evals on held-out variants (about 12 minutes on 2 cores)"
 start=$(date +%s)
-bin/starter campaign start -f examples/campaigns/learn.toml --wait
+if ! bin/starter campaign start -f examples/campaigns/learn.toml --wait; then
+  echo "demo: the campaign did not finish (above). A paused campaign waits for a decision: bin/starter campaign status learn, then retry, skip or cancel (docs/campaigns.md, \"When a stage fails\")"
+  exit 1
+fi
 echo "campaign wall time: $(( $(date +%s) - start ))s"
 bin/starter report learn --html "$STATE/learn-report.html"
 echo "report: $STATE/learn-report.html (bin/starter report learn --json for the numbers)"

@@ -221,3 +221,53 @@ func TestCampaignInitCannotBeSkipped(t *testing.T) {
 		t.Fatalf("skip rejected %v, init calls %d, status while paused %+v", rejected, calls, seen)
 	}
 }
+
+// TestCampaignPausesOnARewardCollapse: with ppo.collapse_share each step is
+// sent a reward floor, that share of the best earlier step's mean reward
+// (none for the first step); a step under it pauses the campaign
+// (RewardCollapse), and the operator's retry runs it with no floor.
+func TestCampaignPausesOnARewardCollapse(t *testing.T) {
+	type sent struct {
+		floor float64
+		of    string
+	}
+	got := map[[2]int]sent{}
+	reward := map[int]float64{1: 0.4, 2: 0.8, 3: 0}
+	env, in, _ := campaignBaseEnv(t, []task.Ref{testTask})
+	calls := map[int]int{}
+	env.OnWorkflow(PPOStepWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in PPOStepInput) (StepRecord, error) {
+		calls[in.Step]++
+		got[[2]int{in.Step, calls[in.Step]}] = sent{in.RewardFloor, in.FloorOf}
+		if in.RewardFloor > 0 && reward[in.Step] < in.RewardFloor {
+			return StepRecord{}, temporal.NewNonRetryableApplicationError("under the floor", errs.RewardCollapse, nil)
+		}
+		return StepRecord{Step: in.Step, Trained: 1, Rollouts: 1, RewardMean: reward[in.Step]}, nil
+	})
+	in.Config.PPO.Steps, in.Config.PPO.CollapseShare = 3, 0.5
+	var seen CampaignStatus
+	decideLater(t, env, time.Hour, UpdateRetry, &seen)
+	env.ExecuteWorkflow(CampaignWorkflow, in)
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if f := seen.Failure; f == nil || f.Stage != "ppo-3" || f.Type != errs.RewardCollapse || !seen.Paused {
+		t.Fatalf("while paused, status %+v", seen)
+	}
+	if g := got[[2]int{1, 1}]; g.floor != 0 {
+		t.Errorf("step 1 (no earlier step) got floor %v", g.floor)
+	}
+	if g := got[[2]int{2, 1}]; g.floor != 0.2 || !strings.Contains(g.of, "step 1's 0.400") {
+		t.Errorf("step 2 got floor %v (%s): want 0.2, half of step 1's 0.4", g.floor, g.of)
+	}
+	if g := got[[2]int{3, 1}]; g.floor != 0.4 || !strings.Contains(g.of, "collapse_share 0.5 of step 2's 0.800; its checkpoint ") || !strings.Contains(g.of, "step-0002") {
+		t.Errorf("step 3 got floor %v (%s): want 0.4, half of the best step's (2: 0.8), naming its checkpoint", g.floor, g.of)
+	}
+	if g, ok := got[[2]int{3, 2}]; !ok || g.floor != 0 {
+		t.Errorf("the retried step 3 got floor %v (sent: %v): want none", g.floor, ok)
+	}
+	var res CampaignResult
+	env.GetWorkflowResult(&res)
+	if st := res.State; st.Step != 3 || len(st.Steps) != 3 || st.Steps[2].RewardMean != 0 || st.Retries["ppo-3"] != 1 {
+		t.Errorf("after the retry: %+v", st)
+	}
+}

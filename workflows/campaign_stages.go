@@ -253,9 +253,9 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		if c.over {
 			b.Need, b.Carried = need, c.st.Carried
 		}
-		fut = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, PPOStepInput{
-			RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(), NotifyParent: ahead,
-		})
+		in := PPOStepInput{RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(), NotifyParent: ahead}
+		in.RewardFloor, in.FloorOf = c.rewardFloor(ctx, step)
+		fut = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, in)
 	}
 	var res StepRecord
 	if err := c.awaitStep(ctx, step, fut, ahead, &res); err != nil {
@@ -278,6 +278,28 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		c.retain(ctx)
 	}
 	return nil
+}
+
+// rewardFloor is the mean reward under which step's batch is not trained on:
+// ppo.collapse_share of the best earlier step's (the steps recorded so far:
+// a step started ahead does not count the one still training). A retried
+// step has none: an operator looked, and it trains on what it earns.
+func (c *campaignRun) rewardFloor(ctx workflow.Context, step int) (float64, string) {
+	share := c.cfg.PPO.CollapseShare
+	if share <= 0 || c.st.Retries[fmt.Sprintf("ppo-%d", step)] > 0 ||
+		workflow.GetVersion(ctx, "collapse-guard", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return 0, ""
+	}
+	var best *StepRecord
+	for i, s := range c.st.Steps {
+		if !s.Skipped && s.Trained > 0 && (best == nil || s.RewardMean > best.RewardMean) {
+			best = &c.st.Steps[i]
+		}
+	}
+	if best == nil || best.RewardMean <= 0 {
+		return 0, ""
+	}
+	return share * best.RewardMean, fmt.Sprintf("collapse_share %g of step %d's %.3f; its checkpoint %s", share, best.Step, best.RewardMean, best.Checkpoint)
 }
 
 // storeEvents writes the step's metrics as a TensorBoard event file under

@@ -157,6 +157,11 @@ type PPOStepInput struct {
 	TrainOn string `json:"train_on,omitempty"`
 	// Began is when the step's collection began (its first run).
 	Began time.Time `json:"began,omitempty"`
+	// RewardFloor > 0: a batch whose mean reward is under it is not trained
+	// on (RewardCollapse, ppo.collapse_share); FloorOf says what it is a
+	// share of.
+	RewardFloor float64 `json:"reward_floor,omitempty"`
+	FloorOf     string  `json:"floor_of,omitempty"`
 }
 
 // collected is a batch of trajectories and the rollouts left out of it. A
@@ -421,11 +426,16 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 			"PPO step %d: %d of %d rollouts left out (%s, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
 			in.Step, excluded, col.Rollouts, aborted, col.Failed, col.Stale, in.MaxFailedShare), errs.PartialBatch, nil)
 	}
-	// A partial batch fails above, before it tells the campaign to start the next step.
+	rec.RewardMean = col.Reward / float64(col.Trained)
+	if in.RewardFloor > 0 && rec.RewardMean < in.RewardFloor {
+		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
+			"PPO step %d: mean reward %.3f on %d trained rollouts (%d resolved), under the floor %.3f (%s): not training on it, the policy may have collapsed in an earlier update; retry resamples and trains on what it earns, skip goes on without this step",
+			in.Step, rec.RewardMean, col.Trained, col.Resolved, in.RewardFloor, in.FloorOf), errs.RewardCollapse, nil)
+	}
+	// A partial or collapsed batch fails above, before it tells the campaign to start the next step.
 	if err := p.awaitTurn(ctx, &rec); err != nil {
 		return rec, err
 	}
-	rec.RewardMean = col.Reward / float64(col.Trained)
 	rec.ResolvedRate = float64(col.Resolved) / float64(col.Trained)
 	rec.MeanTurns = col.Turns / float64(col.Trained)
 	gctx := trainerCtx(ctx, in.Trainer, fmt.Sprintf("ppo_step %d on %d trajectories", in.Step, col.Trained))

@@ -32,6 +32,8 @@ type stepRig struct {
 	// versions, when set, is the weight versions a rollout's segments were sampled with (else v0).
 	versions func(RolloutInput) []string
 	batch    []gpu.TrajectoryRef // what the trainer got inline
+	// unresolved, when set, says which rollouts earn reward 0 (else 1).
+	unresolved func(RolloutInput) bool
 }
 
 var otherTask = task.Ref{ID: "fedcba9876543210", Name: "other", Bundle: testTask.Bundle}
@@ -50,7 +52,10 @@ func newStepRig(t *testing.T, aborted func(RolloutInput) bool) *stepRig {
 		if r.versions != nil {
 			v = r.versions(rin)
 		}
-		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 1, Trajectory: &traj, PolicyVersions: v})
+		if r.unresolved != nil && r.unresolved(rin) {
+			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeUnresolved, Scored: true, Trajectory: &traj, PolicyVersions: v})
+		}
+		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 1, Resolved: true, Trajectory: &traj, PolicyVersions: v})
 	})
 	r.env.SetOnChildWorkflowStartedListener(func(_ *workflow.Info, _ workflow.Context, args converter.EncodedValues) {
 		var rin RolloutInput
@@ -206,6 +211,39 @@ func TestHandoffSegmentsAreSamplesOfTheirOwn(t *testing.T) {
 	for i, b := range c.batch {
 		if b.Trajectory.URI != fmt.Sprintf("t%d", i) || b.Reward != 0.25 || b.PolicyVersion != "v1" || b.TaskID != "task" {
 			t.Errorf("sample %d: %+v", i, b)
+		}
+	}
+}
+
+// A batch under the step's reward floor (ppo.collapse_share of the best
+// earlier step's) is not trained on: the step fails RewardCollapse, naming
+// its reward and the floor, and the trainer is never called. At or over the
+// floor, and with no floor, the step trains.
+func TestPPOStepUnderTheRewardFloorIsNotTrainedOn(t *testing.T) {
+	for _, c := range []struct {
+		floor    float64
+		zeros    int // of 4 rollouts
+		collapse bool
+	}{{0.1, 4, true}, {0.3, 3, true}, {0.25, 3, false}, {0, 4, false}} {
+		r := newStepRig(t, func(RolloutInput) bool { return false })
+		n := 0
+		r.unresolved = func(RolloutInput) bool { n++; return n <= c.zeros }
+		in := stepIn(testTask, otherTask, testTask, otherTask)
+		in.RewardFloor, in.FloorOf = c.floor, "collapse_share 0.1 of step 2's 0.700; its checkpoint c-e-step-0002"
+		_, err := r.run(t, in)
+		if !c.collapse {
+			if err != nil || r.trained != 4 {
+				t.Errorf("floor %v, %d of 4 at 0: %v, trainer got %d: want trained on all 4", c.floor, c.zeros, err, r.trained)
+			}
+			continue
+		}
+		if errorType(err) != errs.RewardCollapse || r.trained != -1 {
+			t.Errorf("floor %v, %d of 4 at 0: error %v, trainer got %d: want RewardCollapse and no training", c.floor, c.zeros, err, r.trained)
+			continue
+		}
+		want := fmt.Sprintf("mean reward %.3f on 4 trained rollouts (%d resolved), under the floor %.3f (collapse_share 0.1 of step 2's 0.700; its checkpoint c-e-step-0002)", float64(4-c.zeros)/4, 4-c.zeros, c.floor)
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %v: want it to say %q", err, want)
 		}
 	}
 }

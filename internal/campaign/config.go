@@ -98,6 +98,12 @@ type Config struct {
 		Oversample   int     `toml:"oversample" json:"oversample,omitempty"`
 		ISCorrection string  `toml:"is_correction" json:"is_correction,omitempty"`
 		ISCap        float64 `toml:"is_cap" json:"is_cap,omitempty"`
+		// CollapseShare C > 0: a step whose batch earns a mean reward under
+		// C times the best earlier step's is not trained on; the campaign
+		// pauses on it (RewardCollapse) so an operator can look before the
+		// policy trains on a batch with nothing left to learn from. A retry
+		// resamples and trains whatever it earns; 0 never pauses.
+		CollapseShare float64 `toml:"collapse_share" json:"collapse_share,omitempty"`
 	} `toml:"ppo" json:"ppo"`
 	Eval struct {
 		Every       int  `toml:"every" json:"every"` // steps between evals; 0: only base, SFT and final
@@ -255,6 +261,7 @@ func (ch *checker) check(c *Config) {
 		nonNegative("ppo.max_staleness", c.PPO.MaxStaleness),
 		nonNegative("ppo.oversample", c.PPO.Oversample),
 		{"ppo.oversample", c.PPO.Oversample > 0 && c.PPO.MaxStaleness < 1, fmt.Sprintf("= %d needs ppo.max_staleness >= 1 (is %d): the rollouts it carries into the next step train one version behind", c.PPO.Oversample, c.PPO.MaxStaleness)},
+		{"ppo.collapse_share", !(c.PPO.CollapseShare >= 0 && c.PPO.CollapseShare < 1), fmt.Sprintf("= %v must be at least 0 and under 1 (a share of the best earlier step's mean reward; 0: never pause)", c.PPO.CollapseShare)},
 		{"ppo.is_correction", !validISCorrection(c.PPO.ISCorrection), fmt.Sprintf("= %q must be none, tis or mis", c.PPO.ISCorrection)},
 		{"ppo.is_cap", !(c.PPO.ISCap >= 1) || math.IsInf(c.PPO.ISCap, 0), fmt.Sprintf("= %v must be a number >= 1 (TIS truncates the importance weight at it; MIS keeps tokens whose weight is within [1/is_cap, is_cap])", c.PPO.ISCap)},
 		nonNegative("eval.every", c.Eval.Every),

@@ -180,3 +180,20 @@ func TestPPOLearningRates(t *testing.T) {
 		}
 	}
 }
+
+// collapse_share: off (0) by default, a share in [0, 1) when set.
+func TestCollapseShare(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	if c, err := Parse("c.toml", base); err != nil || c.PPO.CollapseShare != 0 {
+		t.Fatalf("default: %v %v", c.PPO.CollapseShare, err)
+	}
+	if c, err := Parse("c.toml", base+"[ppo]\ncollapse_share = 0.1\n"); err != nil || c.PPO.CollapseShare != 0.1 {
+		t.Fatalf("0.1: %v %v", c.PPO.CollapseShare, err)
+	}
+	for _, v := range []string{"-0.1", "1", "nan"} {
+		_, err := Parse("c.toml", base+"[ppo]\ncollapse_share = "+v+"\n")
+		if err == nil || !strings.Contains(err.Error(), "c.toml: ppo.collapse_share = ") {
+			t.Errorf("collapse_share %s: %v", v, err)
+		}
+	}
+}

@@ -20,6 +20,9 @@ const (
 	Cancelled   = "Cancelled"
 	// PartialBatch: a PPO step or warm-up round kept too few usable rollouts.
 	PartialBatch = "PartialBatch"
+	// RewardCollapse: a PPO step's batch earned under ppo.collapse_share of
+	// the best earlier step's mean reward; not trained on, the campaign pauses.
+	RewardCollapse = "RewardCollapse"
 	// WarmupGate: the critic's explained variance stayed below the gate.
 	WarmupGate = "WarmupGate"
 	// TrainerBusy: another campaign holds the trainer (one campaign at a
