@@ -527,6 +527,7 @@ class Trainer:
         out.update(is_stats)
         out.update({
             "explained_variance": ev, "ceiling_ev": ceiling, "value_clipped": clipped, "value_range": self._range_out(),
+            "advantage_mean": float(adv[mask].double().mean()),
             "logprob_gap_replay": float(gaps["gap_replay"].mean()), "logprob_gap_noreplay": float(gaps["gap_free"].mean()),
             "logprob_gap_replay_max": float(gaps["gap_replay"].max()),
             "reward_mean": sum(t.reward for t in trajs) / len(trajs), "trajectories": len(trajs),

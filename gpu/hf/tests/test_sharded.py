@@ -137,7 +137,7 @@ def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
     for name, metrics in (("sft", ("loss", "loss_first", "tokens")),
                           ("ppo_step", ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance",
                                         "logprob_gap_replay", "logprob_gap_noreplay", "tokens", "value_clipped",
-                                        "value_range"))):
+                                        "value_range", "advantage_mean"))):
         for m in metrics:
             assert two[name][m] == pytest.approx(one[name][m], rel=1e-4, abs=1e-6), (name, m)
     got = weights(uncrashed["saved"])

@@ -106,14 +106,18 @@ def test_ppo_step_metrics_and_idempotency(tmp_path):
     trajs = [rollout(eng, [257] + list(b"t%d" % i), max_new=16, seed=i) for i in range(3)]
     d = write_batch(tmp_path / "b", trajs, [0.0, 0.5, 1.0])
     tr = make_trainer(tmp_path / "w", seed=0)
+    _, ts = tr._load_batch({"batch_dir": d}, need_routing=False)
+    p = B.pad(ts, "cpu")
+    ret = p.mask.double() * torch.tensor([t.reward for t in ts], dtype=torch.float64)[:, None]
+    v, _ = tr._baseline(p.inputs, p.mask)   # the critic before the step: the advantage's baseline
     res = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small"}, tr.ppo_step)
+    # GAE with gamma = lambda = 1: each token's advantage is R - V; a critic
+    # that values the batch above its returns pushes every answer down.
+    assert res["advantage_mean"] == pytest.approx(float((ret - v.double())[p.mask].mean()), abs=1e-6)
     for k in ("policy_loss", "value_loss", "clipfrac", "approx_kl", "entropy", "explained_variance",
               "logprob_gap_replay", "logprob_gap_noreplay"):
         assert k in res and not (isinstance(res[k], float) and math.isnan(res[k]) and k != "explained_variance"), k
     assert res["version"] == 1 and not res["replayed"]
-    _, ts = tr._load_batch({"batch_dir": d}, need_routing=False)   # the ceiling on this batch's returns
-    p = B.pad(ts, "cpu")
-    ret = p.mask.double() * torch.tensor([t.reward for t in ts], dtype=torch.float64)[:, None]
     assert res["ceiling_ev"] == pytest.approx(ppo.prefix_ceiling_ev(p.inputs, p.mask, ret, torch.ones(3, dtype=torch.bool)))
     again = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small"}, tr.ppo_step)
     assert again["replayed"] and again["version"] == 1 and tr.version == 1
