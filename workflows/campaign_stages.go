@@ -358,6 +358,7 @@ func StepScalars(s StepRecord) map[string]float64 {
 		}
 	}
 	oversampleScalars(s, out)
+	//workflowcheck:ignore fills a map: the same map in any order
 	for k, v := range s.Metrics {
 		if f, ok := v.(float64); ok {
 			out["ppo/"+k] = f
