@@ -55,6 +55,9 @@ type CampaignState struct {
 	Failure *StageFailure  `json:"failure,omitempty"`
 	Retries map[string]int `json:"retries,omitempty"` // retries of each stage so far
 	Skipped []string       `json:"skipped,omitempty"` // stages an operator skipped
+	// FloorWaived: PPO steps an operator retried after a RewardCollapse;
+	// they train on what they earn (ppo.collapse_share).
+	FloorWaived []string `json:"floor_waived,omitempty"`
 	// Epoch names this execution of the campaign in trainer keys: a crash
 	// resumes it (same keys, each step trained once); starting the campaign
 	// again after it failed is a new epoch.

@@ -3,10 +3,12 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/ids"
 )
 
@@ -46,6 +48,7 @@ func (c *campaignRun) stage(ctx workflow.Context, name string, run func(attempt 
 		if workflow.GetVersion(ctx, "pause-on-failure", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 			return false, err // histories from before a failure paused
 		}
+		collapsed := errorType(err) == errs.RewardCollapse
 		d, err := c.awaitDecision(ctx, name, err)
 		if err != nil {
 			return false, err
@@ -58,6 +61,9 @@ func (c *campaignRun) stage(ctx workflow.Context, name string, run func(attempt 
 			c.st.Retries = map[string]int{}
 		}
 		c.st.Retries[name]++
+		if collapsed && !slices.Contains(c.st.FloorWaived, name) {
+			c.st.FloorWaived = append(c.st.FloorWaived, name) // an operator looked
+		}
 	}
 }
 

@@ -224,50 +224,68 @@ func TestCampaignInitCannotBeSkipped(t *testing.T) {
 
 // TestCampaignPausesOnARewardCollapse: with ppo.collapse_share each step is
 // sent a reward floor, that share of the best earlier step's mean reward
-// (none for the first step); a step under it pauses the campaign
-// (RewardCollapse), and the operator's retry runs it with no floor.
+// (none for the first step; the best, not the latest, after a dip). A retry
+// after another failure keeps the floor; a step under it pauses the campaign
+// (RewardCollapse), and the operator's retry of that runs it with no floor.
 func TestCampaignPausesOnARewardCollapse(t *testing.T) {
 	type sent struct {
 		floor float64
 		of    string
 	}
 	got := map[[2]int]sent{}
-	reward := map[int]float64{1: 0.4, 2: 0.8, 3: 0}
+	reward := map[int]float64{1: 0.8, 2: 0.5, 3: 0.1}
 	env, in, _ := campaignBaseEnv(t, []task.Ref{testTask})
 	calls := map[int]int{}
 	env.OnWorkflow(PPOStepWorkflow, mock.Anything, mock.Anything).Return(func(_ workflow.Context, in PPOStepInput) (StepRecord, error) {
 		calls[in.Step]++
 		got[[2]int{in.Step, calls[in.Step]}] = sent{in.RewardFloor, in.FloorOf}
+		if in.Step == 3 && calls[3] == 1 {
+			return StepRecord{}, temporal.NewNonRetryableApplicationError("2 of 2 rollouts failed", errs.PartialBatch, nil)
+		}
 		if in.RewardFloor > 0 && reward[in.Step] < in.RewardFloor {
 			return StepRecord{}, temporal.NewNonRetryableApplicationError("under the floor", errs.RewardCollapse, nil)
 		}
 		return StepRecord{Step: in.Step, Trained: 1, Rollouts: 1, RewardMean: reward[in.Step]}, nil
 	})
 	in.Config.PPO.Steps, in.Config.PPO.CollapseShare = 3, 0.5
-	var seen CampaignStatus
-	decideLater(t, env, time.Hour, UpdateRetry, &seen)
+	var partial, collapse CampaignStatus
+	decideLater(t, env, time.Hour, UpdateRetry, &partial)
+	env.RegisterDelayedCallback(func() { // decideLater's update ID is its name: a second one needs its own
+		if v, err := env.QueryWorkflow(QueryStatus); err != nil || v.Get(&collapse) != nil {
+			t.Errorf("status: %v", err)
+		}
+		env.UpdateWorkflow(UpdateRetry, "retry-2", &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("retry rejected: %v", err) }, OnAccept: func() {}, OnComplete: func(any, error) {}})
+	}, 2*time.Hour)
 	env.ExecuteWorkflow(CampaignWorkflow, in)
 	if err := env.GetWorkflowError(); err != nil {
 		t.Fatal(err)
 	}
-	if f := seen.Failure; f == nil || f.Stage != "ppo-3" || f.Type != errs.RewardCollapse || !seen.Paused {
-		t.Fatalf("while paused, status %+v", seen)
+	if f := partial.Failure; f == nil || f.Stage != "ppo-3" || f.Type != errs.PartialBatch {
+		t.Fatalf("first pause: %+v", partial)
+	}
+	if f := collapse.Failure; f == nil || f.Stage != "ppo-3" || f.Type != errs.RewardCollapse || !collapse.Paused {
+		t.Fatalf("second pause: %+v", collapse)
 	}
 	if g := got[[2]int{1, 1}]; g.floor != 0 {
 		t.Errorf("step 1 (no earlier step) got floor %v", g.floor)
 	}
-	if g := got[[2]int{2, 1}]; g.floor != 0.2 || !strings.Contains(g.of, "step 1's 0.400") {
-		t.Errorf("step 2 got floor %v (%s): want 0.2, half of step 1's 0.4", g.floor, g.of)
+	if g := got[[2]int{2, 1}]; g.floor != 0.4 || !strings.Contains(g.of, "step 1's 0.800") {
+		t.Errorf("step 2 got floor %v (%s): want 0.4, half of step 1's 0.8", g.floor, g.of)
 	}
-	if g := got[[2]int{3, 1}]; g.floor != 0.4 || !strings.Contains(g.of, "collapse_share 0.5 of step 2's 0.800; its checkpoint ") || !strings.Contains(g.of, "step-0002") {
-		t.Errorf("step 3 got floor %v (%s): want 0.4, half of the best step's (2: 0.8), naming its checkpoint", g.floor, g.of)
+	want := "collapse_share 0.5 of step 1's 0.800; its checkpoint "
+	for call := 1; call <= 2; call++ { // the retry after a partial batch is still held to it
+		if g := got[[2]int{3, call}]; g.floor != 0.4 || !strings.Contains(g.of, want) || !strings.Contains(g.of, "step-0001") {
+			t.Errorf("step 3, call %d, got floor %v (%s): want 0.4, half of the best step's (1: 0.8, not 2: 0.5), naming its checkpoint", call, g.floor, g.of)
+		}
 	}
-	if g, ok := got[[2]int{3, 2}]; !ok || g.floor != 0 {
-		t.Errorf("the retried step 3 got floor %v (sent: %v): want none", g.floor, ok)
+	if g, ok := got[[2]int{3, 3}]; !ok || g.floor != 0 {
+		t.Errorf("step 3 retried after its collapse got floor %v (sent: %v): want none", g.floor, ok)
 	}
 	var res CampaignResult
 	env.GetWorkflowResult(&res)
-	if st := res.State; st.Step != 3 || len(st.Steps) != 3 || st.Steps[2].RewardMean != 0 || st.Retries["ppo-3"] != 1 {
-		t.Errorf("after the retry: %+v", st)
+	if st := res.State; st.Step != 3 || len(st.Steps) != 3 || st.Steps[2].RewardMean != 0.1 || st.Retries["ppo-3"] != 2 ||
+		len(st.FloorWaived) != 1 || st.FloorWaived[0] != "ppo-3" {
+		t.Errorf("after the retries: %+v", st)
 	}
 }

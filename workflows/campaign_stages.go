@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -260,7 +261,7 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	var res StepRecord
 	if err := c.awaitStep(ctx, step, fut, ahead, &res); err != nil {
 		if c.over {
-			c.dropCarried(ctx)
+			c.dropCarried(ctx, carriedOf(err))
 		}
 		return err
 	}
@@ -282,24 +283,32 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 
 // rewardFloor is the mean reward under which step's batch is not trained on:
 // ppo.collapse_share of the best earlier step's (the steps recorded so far:
-// a step started ahead does not count the one still training). A retried
-// step has none: an operator looked, and it trains on what it earns.
+// a step started ahead does not count the one still training). A step an
+// operator retried after a RewardCollapse has none: it trains on what it
+// earns.
 func (c *campaignRun) rewardFloor(ctx workflow.Context, step int) (float64, string) {
 	share := c.cfg.PPO.CollapseShare
-	if share <= 0 || c.st.Retries[fmt.Sprintf("ppo-%d", step)] > 0 ||
+	if share <= 0 || slices.Contains(c.st.FloorWaived, fmt.Sprintf("ppo-%d", step)) ||
 		workflow.GetVersion(ctx, "collapse-guard", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return 0, ""
 	}
+	best := c.bestStep()
+	if best == nil || best.RewardMean <= 0 {
+		return 0, ""
+	}
+	return share * best.RewardMean, fmt.Sprintf("collapse_share %g of step %d's %.3f; its checkpoint %s", share, best.Step, best.RewardMean, best.Checkpoint)
+}
+
+// bestStep is the trained step with the highest mean reward so far (the
+// first of equals), or nil.
+func (c *campaignRun) bestStep() *StepRecord {
 	var best *StepRecord
 	for i, s := range c.st.Steps {
 		if !s.Skipped && s.Trained > 0 && (best == nil || s.RewardMean > best.RewardMean) {
 			best = &c.st.Steps[i]
 		}
 	}
-	if best == nil || best.RewardMean <= 0 {
-		return 0, ""
-	}
-	return share * best.RewardMean, fmt.Sprintf("collapse_share %g of step %d's %.3f; its checkpoint %s", share, best.Step, best.RewardMean, best.Checkpoint)
+	return best
 }
 
 // storeEvents writes the step's metrics as a TensorBoard event file under

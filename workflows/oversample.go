@@ -1,7 +1,9 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -244,10 +246,12 @@ func (c *campaignRun) handedOn(step int, res *StepRecord) {
 // dropCarried: step failed. What was carried into it and out of it is
 // cancelled, with the step started ahead that adopted it, and waited for
 // until closed (a retry starts the same rollout IDs), and counted dropped.
-func (c *campaignRun) dropCarried(ctx workflow.Context) {
+// refused is what a step that refused its batch (PartialBatch,
+// RewardCollapse) would have carried on: it told no one before it failed.
+func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout) {
 	seen := map[string]bool{}
 	var wids []string
-	for _, cr := range append(append([]CarriedRollout{}, c.st.Carried...), c.carry[c.stepRun]...) {
+	for _, cr := range slices.Concat(c.st.Carried, c.carry[c.stepRun], refused) {
 		if !seen[cr.WorkflowID] {
 			seen[cr.WorkflowID] = true
 			wids = append(wids, cr.WorkflowID)
@@ -265,6 +269,17 @@ func (c *campaignRun) dropCarried(ctx workflow.Context) {
 	}
 	c.st.CarriedDropped += len(wids)
 	c.cancelRollouts(dctx, wids)
+}
+
+// carriedOf is the still-running rollouts a failed step's error carries
+// (a refused batch's), or none.
+func carriedOf(err error) []CarriedRollout {
+	var ae *temporal.ApplicationError
+	var out []CarriedRollout
+	if errors.As(err, &ae) && ae.HasDetails() && ae.Details(&out) != nil {
+		return nil
+	}
+	return out
 }
 
 // cancelRollouts asks the rollouts to cancel and waits (up to 10 minutes)

@@ -29,6 +29,8 @@ type oversampleRig struct {
 	*aheadRig
 	drawn   map[string]int // task ID -> the step that drew it
 	longest string         // step 1's 12-minute task
+	// zero, when set, says which rollouts earn 0 (else 1), asked as each ends.
+	zero func(RolloutInput) bool
 }
 
 func newOversampleRig(t *testing.T, k int) *oversampleRig {
@@ -53,6 +55,10 @@ func newOversampleRig(t *testing.T, k int) *oversampleRig {
 		vs := []string{first}
 		if last := loaded[len(loaded)-1]; last != first {
 			vs = append(vs, last)
+		}
+		if r.zero != nil && r.zero(rin) {
+			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeUnresolved, Scored: true, Trajectory: &traj,
+				PolicyVersions: vs, Turns: int(d / time.Minute)})
 		}
 		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeResolved, Scored: true, Reward: 1, Trajectory: &traj,
 			PolicyVersions: vs, Turns: int(d / time.Minute)})
@@ -245,6 +251,41 @@ func TestOversampleFailedStepDropsItsCarriedRollouts(t *testing.T) {
 	}
 	if s2 := st.Steps[1]; s2.CarriedIn != 0 || s2.Trained < 3 {
 		t.Errorf("step 2 again: carried in %d, trained %d; want a fresh start", s2.CarriedIn, s2.Trained)
+	}
+}
+
+// A step that refuses its batch (RewardCollapse here; PartialBatch takes the
+// same path) before training tells the campaign nothing of the rollouts it
+// would have carried on: its error carries them, and the campaign drops them
+// with what was carried into it. Before, step 2's own 6-minute rollout ran
+// on unowned, and the retry found its ID taken (counted failed).
+func TestOversampleRefusedBatchDropsWhatItWouldCarry(t *testing.T) {
+	r := newOversampleRig(t, 1)
+	r.in.Config.PPO.CollapseShare = 0.9
+	zero := true
+	r.zero = func(rin RolloutInput) bool { return zero && r.drawn[rin.Task.ID] == 2 }
+	// Step 2 (from 5:00) has its three outcomes at 8:00: step 1's 6-minute
+	// rollout (1) and two of its own 3-minute ones (0), under 0.9 of step
+	// 1's 1.0. Still running: step 1's 12-minute one and step 2's 6-minute one.
+	r.env.RegisterDelayedCallback(func() { zero = false }, 8*time.Minute+20*time.Second)
+	var seen CampaignStatus
+	decideLater(t, r.env, 8*time.Minute+30*time.Second, UpdateRetry, &seen)
+	st, _ := r.run(t)
+	if f := seen.Failure; f == nil || f.Stage != "ppo-2" || f.Type != errs.RewardCollapse {
+		t.Fatalf("at the decision: %+v", seen)
+	}
+	// Into step 2: step 1's 6- and 12-minute rollouts; out of it: the
+	// 12-minute one and step 2's own 6-minute one.
+	if seen.CarriedDropped != 3 || seen.Carried != 0 || st.CarriedDropped != 3 {
+		t.Errorf("carried dropped %d at the decision, %d at the end; want 3", seen.CarriedDropped, st.CarriedDropped)
+	}
+	if len(st.Steps) != 4 || st.Steps[1].Trained < 3 || st.Steps[1].CarriedIn != 0 {
+		t.Fatalf("steps %+v", st.Steps)
+	}
+	for _, s := range st.Steps {
+		if s.Failed != 0 || s.Stale != 0 {
+			t.Errorf("step %d: failed %d, stale %d (a rollout ID found taken counts failed)", s.Step, s.Failed, s.Stale)
+		}
 	}
 }
 

@@ -13,7 +13,8 @@ import (
 // than the newest keep_last are deleted from the store, except those a
 // resume or an eval needs: init, sft and warmup are never step checkpoints;
 // the newest (what a resume reloads), the last step's (the final one), every
-// one a recorded eval of the campaign evaluated, and every one pinned in the
+// one a recorded eval of the campaign evaluated, with ppo.collapse_share the
+// best step's (a RewardCollapse names it to go back to), and every one pinned in the
 // store (an eval sweep over it or a campaign started from it, gpu.PinCheckpoint)
 // are kept. A failed deletion is logged and asked again after the next step:
 // it never fails the step.
@@ -57,6 +58,9 @@ func (c *campaignRun) prunable() []string {
 	keep[c.key(fmt.Sprintf("step-%04d", c.cfg.PPO.Steps))] = true
 	for _, e := range c.st.Evals {
 		keep[c.key(e.Label)] = true
+	}
+	if b := c.bestStep(); c.cfg.PPO.CollapseShare > 0 && b != nil {
+		keep[b.Checkpoint] = true // what a RewardCollapse pause names to go back to
 	}
 	if r := c.st.Retention; r != nil {
 		for _, n := range append(append([]string{}, r.Deleted...), r.Pinned...) {

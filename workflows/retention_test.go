@@ -74,3 +74,21 @@ func TestCheckpointRetentionKeepsWhatResumesAndEvalsNeed(t *testing.T) {
 		t.Fatalf("keep_last = 0 deleted: %v %+v", asked, st.Retention)
 	}
 }
+
+// With ppo.collapse_share, retention keeps the best step's checkpoint: the
+// one a RewardCollapse pause names to go back to. Without it, it goes.
+func TestRetentionKeepsTheBestStepUnderCollapseShare(t *testing.T) {
+	c := &campaignRun{st: &CampaignState{Epoch: "e"}}
+	c.cfg.Name, c.cfg.PPO.Steps, c.cfg.Checkpoints.KeepLast = "c", 6, 1
+	for i, r := range []float64{0.5, 0.9, 0.6, 0.7} {
+		c.st.Steps = append(c.st.Steps, StepRecord{Step: i + 1, Trained: 4, RewardMean: r, Checkpoint: c.key(fmt.Sprintf("step-%04d", i+1))})
+	}
+	c.st.Checkpoint = &gpu.Checkpoint{Name: c.key("step-0004")}
+	if got := fmt.Sprint(c.prunable()); got != "[c/e/step-0001 c/e/step-0002 c/e/step-0003]" {
+		t.Errorf("without collapse_share: %s", got)
+	}
+	c.cfg.PPO.CollapseShare = 0.1
+	if got := fmt.Sprint(c.prunable()); got != "[c/e/step-0001 c/e/step-0003]" {
+		t.Errorf("with collapse_share: %s, want step 2 (reward 0.9, the best) kept", got)
+	}
+}

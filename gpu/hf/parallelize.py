@@ -108,7 +108,9 @@ def skip_unused_experts(opt, model):
             mod._t1_ran = True
     for e in experts:
         e._t1_ran = False
-        e.register_forward_hook(ran)
+        if not getattr(e, "_t1_hooked", False):   # a fresh optimiser on the same model: one note is enough
+            e.register_forward_hook(ran)
+            e._t1_hooked = True
 
     def pre_step(_opt, _args, _kwargs):
         flags = torch.tensor([float(e._t1_ran) for e in experts])

@@ -433,8 +433,7 @@ class ShardedTrainer(T.Trainer):
             if not getattr(m, "_t1_sharded", False):
                 P.parallelize(m, self.g.mesh, bf16=self.amp, grad_ckpt=self.grad_ckpt, cpu_offload=self.cpu_offload)
                 m._t1_sharded = True
-        super()._new_optimizers()
-        P.skip_unused_experts(self.actor_opt, self.actor)
+        super()._new_optimizers()   # the actor's through _fresh_actor_optimizer, its experts skipped there
         P.skip_unused_experts(self.critic_opt, self.critic)
 
     def _critic_from(self, ckpt):

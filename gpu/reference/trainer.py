@@ -81,7 +81,7 @@ class Trainer:
         return critic
 
     def _new_optimizers(self):
-        self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-6)
+        self._fresh_actor_optimizer()
         self.critic_opt = torch.optim.Adam(self.critic.parameters(), lr=1.5e-5)
 
     def _commit_state(self, rec=None):
@@ -294,12 +294,12 @@ class Trainer:
                 "critic": "from the SFT policy", "actor_optimizer": "fresh"}
 
     def _fresh_actor_optimizer(self):
-        """RL starts from the SFT policy with a fresh optimizer, as it does
+        """The actor's optimizer, fresh (each operation sets its learning
+        rate). SFT ends with one: RL starts from the SFT policy as it does
         where RL is a job of its own started from the SFT checkpoint. Kept,
         SFT's Adam moments would carry into PPO's first updates (about 0.43
         of its momentum after step 1's eight updates, its second moments for
-        about a thousand), and a campaign's PPO could not be replayed from
-        its checkpoints, which hold no optimizer state (docs/learning.md)."""
+        about a thousand) (docs/learning.md)."""
         self.actor_opt = torch.optim.Adam(self.actor.parameters(), lr=1e-6)
 
     def _critic_from_policy(self):
