@@ -93,9 +93,12 @@ def test_cosine_schedule_ends_near_zero_and_changes_the_weights(tmp_path, sft_ba
     got = {}
     for schedule in ("constant", "cosine"):
         tr = make_trainer(tmp_path / schedule)
+        lrs = []   # the rates SFT set, in order (its optimizer is replaced by a fresh one at the end)
+        set_lr = tr._set_lr
+        tr._set_lr = lambda opt, lr: (lrs.append(lr), set_lr(opt, lr))[1]
         tr._run("sft", {"key": KEY, "batch_dir": sft_batch, "preset": "small",
                         "hyper": {"epochs": EPOCHS, "minibatches": 3, "actor_lr": 1e-3, "lr_schedule": schedule}}, tr.sft)
-        got[schedule] = (tr.actor_opt.param_groups[0]["lr"], {k: v.clone() for k, v in tr.actor.state_dict().items()})
+        got[schedule] = (lrs[-1], {k: v.clone() for k, v in tr.actor.state_dict().items()})
     total = EPOCHS * 3
     assert got["constant"][0] == 1e-3
     assert got["cosine"][0] == pytest.approx(ppo.scheduled_lr(1e-3, "cosine", total - 1, total)) and got["cosine"][0] < 1e-4
