@@ -254,8 +254,8 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		if c.over {
 			b.Need, b.Carried = need, c.st.Carried
 		}
-		in := PPOStepInput{RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(), NotifyParent: ahead}
-		in.RewardFloor, in.FloorOf = c.rewardFloor(ctx, step)
+		in := c.stepInput(ctx, b, step)
+		in.NotifyParent = ahead
 		fut = workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, in)
 	}
 	var res StepRecord
@@ -279,6 +279,14 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		c.retain(ctx)
 	}
 	return nil
+}
+
+// stepInput is step's child input on batch b: the campaign's step settings
+// and its reward floor (the caller sets how it runs beside its neighbours).
+func (c *campaignRun) stepInput(ctx workflow.Context, b RolloutBatch, step int) PPOStepInput {
+	in := PPOStepInput{RolloutBatch: b, Step: step, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper()}
+	in.RewardFloor, in.FloorOf = c.rewardFloor(ctx, step)
+	return in
 }
 
 // rewardFloor is the mean reward under which step's batch is not trained on:

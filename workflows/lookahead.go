@@ -151,8 +151,8 @@ func (c *campaignRun) startAhead(ctx workflow.Context, next int, carried []Carri
 	opts := workflow.GetChildWorkflowOptions(cctx)
 	opts.WaitForCancellation = true // a cancelled step has closed before the step starts again under its ID
 	cctx = workflow.WithChildOptions(cctx, opts)
-	in := PPOStepInput{RolloutBatch: b, Step: next, MaxFailedShare: c.cfg.PPO.MaxFailedShare, Hyper: c.cfg.PPOHyper(), NotifyParent: true, Ahead: true}
-	in.RewardFloor, in.FloorOf = c.rewardFloor(ctx, next)
+	in := c.stepInput(ctx, b, next)
+	in.NotifyParent, in.Ahead = true, true
 	fut := workflow.ExecuteChildWorkflow(cctx, PPOStepWorkflow, in)
 	c.ahead = &aheadStep{step: next, version: b.Version, fut: fut, cancel: cancel, carried: len(carried)}
 	c.inFlight = fmt.Sprintf("ppo step %d (step %d's rollouts started ahead)", next-1, next)
