@@ -9,14 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/worker"
 
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/errs"
@@ -278,14 +279,12 @@ func TestTrainerActivityHeartbeatsProgress(t *testing.T) {
 	refs := sample(t, r.acts.Inference, r.acts.Store, 2, "hb")
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
+	// The SDK sends at most one heartbeat per 30 s window (no heartbeat
+	// timeout here), so the listener would see only the first; the activity's
+	// own RecordHeartbeat calls are what this test is about.
+	rec := &beatRecorder{}
+	env.SetWorkerOptions(worker.Options{Interceptors: []interceptor.WorkerInterceptor{rec}})
 	env.RegisterActivity(r.acts)
-	var beats []Progress
-	env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
-		var p Progress
-		if d.HasValues() && d.Get(&p) == nil && p.Op != nil {
-			beats = append(beats, p)
-		}
-	})
 	val, err := env.ExecuteActivity(r.acts.TrainerCriticFit, TrainInput{Key: "hb/critic", Trajectories: refs, Preset: "small", Hyper: map[string]any{"epochs": 12}})
 	if err != nil {
 		t.Fatal(err)
@@ -296,9 +295,67 @@ func TestTrainerActivityHeartbeatsProgress(t *testing.T) {
 	}
 	// Progress counts optimizer steps: 12 epochs × 2 minibatches (the default
 	// 4 minibatches, capped at one trajectory each for this 2-trajectory batch).
-	if len(beats) == 0 || *beats[len(beats)-1].Op != "critic_fit" || beats[len(beats)-1].Total != 24 {
-		t.Fatalf("heartbeats did not carry the trainer's progress: %+v", beats)
+	// The op sleeps 300 ms after each, and progress is read every 2 s: the
+	// heartbeats must show it moving, not only its start.
+	beats := rec.progress()
+	moved := map[int]bool{}
+	for _, p := range beats {
+		if p.Op == nil || *p.Op != "critic_fit" || (p.Total != 0 && p.Total != 24) || p.Done > p.Total {
+			t.Fatalf("a heartbeat that is not this op's progress: %+v", p)
+		}
+		if p.Total == 24 {
+			moved[p.Done] = true
+		}
 	}
+	if len(moved) < 2 {
+		t.Fatalf("heartbeats did not carry the trainer's progress as it moved: %+v", beats)
+	}
+}
+
+// beatRecorder keeps every Progress an activity heartbeats with.
+type beatRecorder struct {
+	interceptor.WorkerInterceptorBase
+	mu    sync.Mutex
+	beats []Progress
+}
+
+func (b *beatRecorder) progress() []Progress {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]Progress(nil), b.beats...)
+}
+
+func (b *beatRecorder) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	i := &beatInbound{rec: b}
+	i.Next = next
+	return i
+}
+
+type beatInbound struct {
+	interceptor.ActivityInboundInterceptorBase
+	rec *beatRecorder
+}
+
+func (i *beatInbound) Init(out interceptor.ActivityOutboundInterceptor) error {
+	o := &beatOutbound{rec: i.rec}
+	o.Next = out
+	return i.Next.Init(o)
+}
+
+type beatOutbound struct {
+	interceptor.ActivityOutboundInterceptorBase
+	rec *beatRecorder
+}
+
+func (o *beatOutbound) RecordHeartbeat(ctx context.Context, details ...any) {
+	for _, d := range details {
+		if p, ok := d.(Progress); ok {
+			o.rec.mu.Lock()
+			o.rec.beats = append(o.rec.beats, p)
+			o.rec.mu.Unlock()
+		}
+	}
+	o.Next.RecordHeartbeat(ctx, details...)
 }
 
 // A worker killed with -9 leaves its GPU processes running; the next
