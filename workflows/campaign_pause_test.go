@@ -240,10 +240,12 @@ func TestCampaignPausesOnARewardCollapse(t *testing.T) {
 		calls[in.Step]++
 		got[[2]int{in.Step, calls[in.Step]}] = sent{in.RewardFloor, in.FloorOf}
 		if in.Step == 3 && calls[3] == 1 {
-			return StepRecord{}, temporal.NewNonRetryableApplicationError("2 of 2 rollouts failed", errs.PartialBatch, nil)
+			return StepRecord{}, temporal.NewNonRetryableApplicationError("2 of 2 rollouts left out", errs.PartialBatch, nil,
+				[]CarriedRollout(nil), RefusedBatch{Rollouts: 2, Aborted: 1, Failed: 1})
 		}
 		if in.RewardFloor > 0 && reward[in.Step] < in.RewardFloor {
-			return StepRecord{}, temporal.NewNonRetryableApplicationError("under the floor", errs.RewardCollapse, nil)
+			return StepRecord{}, temporal.NewNonRetryableApplicationError("under the floor", errs.RewardCollapse, nil,
+				[]CarriedRollout(nil), RefusedBatch{Rollouts: 3, Stale: 1})
 		}
 		return StepRecord{Step: in.Step, Trained: 1, Rollouts: 1, RewardMean: reward[in.Step]}, nil
 	})
@@ -287,5 +289,9 @@ func TestCampaignPausesOnARewardCollapse(t *testing.T) {
 	if st := res.State; st.Step != 3 || len(st.Steps) != 3 || st.Steps[2].RewardMean != 0.1 || st.Retries["ppo-3"] != 2 ||
 		len(st.FloorWaived) != 1 || st.FloorWaived[0] != "ppo-3" {
 		t.Errorf("after the retries: %+v", st)
+	}
+	// The refused batches' rollouts count in the totals (the trained steps had none left out).
+	if st := res.State; st.Aborted != 1 || st.Failed != 1 || st.Stale != 1 {
+		t.Errorf("totals: aborted %d, failed %d, stale %d; want the refused batches' 1, 1, 1", st.Aborted, st.Failed, st.Stale)
 	}
 }

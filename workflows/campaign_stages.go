@@ -263,6 +263,7 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		if c.over {
 			c.dropCarried(ctx, carriedOf(err))
 		}
+		c.countRefused(err)
 		return err
 	}
 	c.handedOn(step, &res)

@@ -282,6 +282,33 @@ func carriedOf(err error) []CarriedRollout {
 	return out
 }
 
+// RefusedBatch is a refused batch's second error detail (PartialBatch,
+// RewardCollapse; the first is what it would have carried on): its
+// rollouts' counts, which the campaign adds to its totals as it does a
+// trained step's. A step from before it sends none: zero.
+type RefusedBatch struct {
+	Rollouts int `json:"rollouts"`
+	Aborted  int `json:"aborted"`
+	Failed   int `json:"failed"`
+	Stale    int `json:"stale"`
+}
+
+func refused(rec StepRecord) RefusedBatch {
+	return RefusedBatch{Rollouts: rec.Rollouts, Aborted: rec.Aborted, Failed: rec.Failed, Stale: rec.Stale}
+}
+
+// countRefused adds a refused batch's aborted, failed and stale rollouts to
+// the campaign's totals: they happened, whatever the operator decides next.
+func (c *campaignRun) countRefused(err error) {
+	var ae *temporal.ApplicationError
+	var carried []CarriedRollout
+	var r RefusedBatch
+	if !errors.As(err, &ae) || !ae.HasDetails() || ae.Details(&carried, &r) != nil {
+		return
+	}
+	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+r.Aborted, c.st.Failed+r.Failed, c.st.Stale+r.Stale
+}
+
 // cancelRollouts asks the rollouts to cancel and waits (up to 10 minutes)
 // until they have closed.
 func (c *campaignRun) cancelRollouts(ctx workflow.Context, wids []string) {

@@ -424,13 +424,13 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		}
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"PPO step %d: %d of %d rollouts left out (%s, failed %d, stale %d), more than max_failed_share %.2f: not training on a partial batch",
-			in.Step, excluded, col.Rollouts, aborted, col.Failed, col.Stale, in.MaxFailedShare), errs.PartialBatch, nil, col.carried)
+			in.Step, excluded, col.Rollouts, aborted, col.Failed, col.Stale, in.MaxFailedShare), errs.PartialBatch, nil, col.carried, refused(rec))
 	}
 	rec.RewardMean = col.Reward / float64(col.Trained)
 	if in.RewardFloor > 0 && rec.RewardMean < in.RewardFloor {
 		return rec, temporal.NewNonRetryableApplicationError(fmt.Sprintf(
 			"PPO step %d: mean reward %.3f on %d trained rollouts (%d resolved), under the floor %.3f (%s): not training on it, the policy may have collapsed in an earlier update; retry resamples and trains on what it earns, skip goes on without this step",
-			in.Step, rec.RewardMean, col.Trained, col.Resolved, in.RewardFloor, in.FloorOf), errs.RewardCollapse, nil, col.carried)
+			in.Step, rec.RewardMean, col.Trained, col.Resolved, in.RewardFloor, in.FloorOf), errs.RewardCollapse, nil, col.carried, refused(rec))
 	}
 	// A refused batch fails above, before it tells the campaign to start the next
 	// step; its error's details are what it would have carried on (dropCarried).

@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -172,6 +174,13 @@ func TestPPOStepLeavesOutAbortsAtTheDeadlineAndFails(t *testing.T) {
 	}
 	if r.trained != -1 {
 		t.Fatalf("trained on %d trajectories of a partial batch", r.trained)
+	}
+	// Its counts travel with the error, for the campaign's totals.
+	var ae *temporal.ApplicationError
+	var carried []CarriedRollout
+	var got RefusedBatch
+	if !errors.As(err, &ae) || ae.Details(&carried, &got) != nil || got != (RefusedBatch{Rollouts: 2, Aborted: 1}) {
+		t.Fatalf("the refused batch's counts: %+v, want 2 rollouts, 1 aborted", got)
 	}
 }
 
