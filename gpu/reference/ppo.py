@@ -37,6 +37,11 @@ class Hyper:
     minibatches: int = 4
     max_minibatch: int = 8        # trajectories per minibatch at most (memory)
     norm_adv: bool = False        # the critic is the only baseline
+    # PPO's early stop (SB3, CleanRL): once a minibatch's approx_kl against
+    # the step's starting policy (measured before its update, so it sees
+    # every earlier minibatch's move) exceeds target_kl, the actor takes no
+    # more updates this step; the critic goes on fitting the returns. 0: off.
+    target_kl: float = 0.0
     epochs: int = 1               # for sft and critic_fit
     # How sft's and critic_fit's learning rate moves over their steps
     # (epochs x minibatches): "constant", or "cosine" from the lr down to 0
@@ -81,7 +86,7 @@ class Hyper:
         for k in ("clip_coef", "max_grad_norm"):
             if not getattr(self, k) > 0:
                 raise ValueError(f"hyper.{k} = {getattr(self, k)} must be > 0")
-        for k in ("actor_lr", "critic_lr", "vf_coef", "ent_coef"):
+        for k in ("actor_lr", "critic_lr", "vf_coef", "ent_coef", "target_kl"):
             if not getattr(self, k) >= 0:
                 raise ValueError(f"hyper.{k} = {getattr(self, k)} must be >= 0")
         if self.is_correction not in IS_CORRECTIONS:

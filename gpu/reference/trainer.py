@@ -492,40 +492,33 @@ class Trainer:
         ev = ppo.explained_variance(values[mask], ret[mask])
         ceiling = ppo.prefix_ceiling_ev(inputs, mask, ret, torch.ones(len(trajs), dtype=torch.bool))
         total = h.update_epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
-        step = 0
+        step, actor_updates, kl_stop = 0, 0, None
         stats = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clipfrac": []}
         self.actor.train()
         self.critic.train()
         for _ in range(h.update_epochs):
             for mb in self._minibatches(len(trajs), h.minibatches, h.max_minibatch):
                 m = mask[mb]
-                a = adv[mb][m]
-                if h.norm_adv and a.numel() > 1:
-                    a = (a - a.mean()) / (a.std() + 1e-8)
-                new_logp, ent = self._logp(inputs[mb], targets[mb], None if routing is None else routing[mb], temp[mb])
-                pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef, None if is_w is None else is_w[mb][m])
-                entropy = ent[m].mean()
+                if kl_stop is None:
+                    if self._actor_update(h, mb, m, inputs, targets, routing, temp, old_logp, adv, is_w, stats):
+                        actor_updates += 1
+                    else:
+                        kl_stop = step + 1
                 v = self._values(inputs[mb], mask=mask[mb])
                 vl = ppo.value_loss(v[m], ret[mb][m])
-                self.actor_opt.zero_grad()
-                (pg - h.ent_coef * entropy).backward()
-                torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.max_grad_norm)
-                self.actor_opt.step()
-                self._beat()
                 self.critic_opt.zero_grad()
                 (h.vf_coef * vl).backward()
                 torch.nn.utils.clip_grad_norm_(self.critic.parameters(), h.max_grad_norm)
                 self.critic_opt.step()
-                for k, val in (("policy_loss", float(pg)), ("value_loss", float(vl)), ("entropy", float(entropy)),
-                               ("approx_kl", s["approx_kl"]), ("clipfrac", s["clipfrac"])):
-                    stats[k].append(val)
+                stats["value_loss"].append(float(vl))
                 step += 1
-                self._tick(step, total, policy_loss=float(pg), value_loss=float(vl))
+                self._tick(step, total, policy_loss=stats["policy_loss"][-1], value_loss=float(vl))
         self._solve_value_head(inputs, mask, ret)   # for the next step's batch: the returns this one saw
         self._fitted_on(ret[mask])
         out = {k: sum(v) / len(v) for k, v in stats.items()}
         out.update(is_stats)
         out.update({
+            "actor_updates": actor_updates, "kl_stop_minibatch": kl_stop or 0,
             "explained_variance": ev, "ceiling_ev": ceiling, "value_clipped": clipped, "value_range": self._range_out(),
             "advantage_mean": float(adv[mask].double().mean()),
             "logprob_gap_replay": float(gaps["gap_replay"].mean()), "logprob_gap_noreplay": float(gaps["gap_free"].mean()),
@@ -535,6 +528,30 @@ class Trainer:
             "policy_versions": sorted({str(e.get("policy_version", "")) for e in meta["trajectories"]}),
         })
         return out
+
+    def _actor_update(self, h, mb, m, inputs, targets, routing, temp, old_logp, adv, is_w, stats):
+        """One minibatch's clipped-surrogate update of the actor. With
+        h.target_kl set, a minibatch whose approx_kl (this policy against the
+        step's starting one, before this update) exceeds it is not trained
+        on and the actor stops for this step: False. The stats record the
+        minibatch either way."""
+        a = adv[mb][m]
+        if h.norm_adv and a.numel() > 1:
+            a = (a - a.mean()) / (a.std() + 1e-8)
+        new_logp, ent = self._logp(inputs[mb], targets[mb], None if routing is None else routing[mb], temp[mb])
+        pg, s = ppo.policy_loss(new_logp[m], old_logp[mb][m], a, h.clip_coef, None if is_w is None else is_w[mb][m])
+        entropy = ent[m].mean()
+        for k, val in (("policy_loss", float(pg)), ("entropy", float(entropy)),
+                       ("approx_kl", s["approx_kl"]), ("clipfrac", s["clipfrac"])):
+            stats[k].append(val)
+        if h.target_kl > 0 and s["approx_kl"] > h.target_kl:
+            return False
+        self.actor_opt.zero_grad()
+        (pg - h.ent_coef * entropy).backward()
+        torch.nn.utils.clip_grad_norm_(self.actor.parameters(), h.max_grad_norm)
+        self.actor_opt.step()
+        self._beat()
+        return True
 
     # ---- checkpoints -------------------------------------------------------
     def _with_dir(self, req, fn):

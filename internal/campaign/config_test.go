@@ -197,3 +197,19 @@ func TestCollapseShare(t *testing.T) {
 		}
 	}
 }
+
+func TestTargetKL(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	if c, err := Parse("c.toml", base); err != nil || c.PPO.TargetKL != 0 || c.PPOHyper() != nil {
+		t.Fatalf("default: %v %v %v", c.PPO.TargetKL, c.PPOHyper(), err)
+	}
+	if c, err := Parse("c.toml", base+"[ppo]\ntarget_kl = 0.05\n"); err != nil || c.PPOHyper()["target_kl"] != 0.05 || len(c.PPOHyper()) != 1 {
+		t.Fatalf("0.05: %v %v", c.PPOHyper(), err)
+	}
+	for _, v := range []string{"-0.01", "inf", "nan"} {
+		_, err := Parse("c.toml", base+"[ppo]\ntarget_kl = "+v+"\n")
+		if err == nil || !strings.Contains(err.Error(), "c.toml: ppo.target_kl = ") {
+			t.Errorf("target_kl %s: %v", v, err)
+		}
+	}
+}

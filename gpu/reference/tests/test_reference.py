@@ -317,3 +317,31 @@ def test_score_matches_the_sampler_and_replays_routing(tmp_path):
     for body in ({"tokens": [1]}, {"tokens": prompt + out, "routing": rows[:-1].tolist()}, {"tokens": prompt, "temperature": 0}):
         with pytest.raises(httpjson.HTTPError):
             tr.score(body)
+
+
+def test_target_kl_stops_the_actor_not_the_critic(tmp_path):
+    """PPO's early stop: once a minibatch's approx_kl against the step's
+    starting policy passes target_kl, the actor takes no more updates that
+    step; the critic's fit is the same as without the stop."""
+    eng = make_engine(seed=0)
+    trajs = [rollout(eng, [257] + list(b"k%d" % i), max_new=16, seed=i) for i in range(3)]
+    d = write_batch(tmp_path / "b", trajs, [0.0, 0.5, 1.0])
+    runs = {}
+    for name, kl in (("free", 0.0), ("stopped", 1e-6)):
+        tr = make_trainer(tmp_path / name, seed=0)
+        before = {k: v.clone() for k, v in tr.actor.state_dict().items()}
+        res = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small", "hyper": {"target_kl": kl}}, tr.ppo_step)
+        moved = max(float((v - before[k]).abs().max()) for k, v in tr.actor.state_dict().items())
+        runs[name] = (res, moved, tr.actor.state_dict(), tr.critic.state_dict())
+    free, stopped = runs["free"][0], runs["stopped"][0]
+    # 3 trajectories: 3 minibatches of one, 2 epochs. The first minibatch is
+    # the starting policy (approx_kl 0); after one update the next exceeds 1e-6.
+    assert free["actor_updates"] == 6 and free["kl_stop_minibatch"] == 0
+    assert stopped["actor_updates"] == 1 and stopped["kl_stop_minibatch"] == 2
+    assert runs["stopped"][1] > 0, "the one update before the stop moved nothing"
+    assert any(not torch.equal(v, runs["stopped"][2][k]) for k, v in runs["free"][2].items())
+    for k, v in runs["free"][3].items():
+        assert torch.equal(v, runs["stopped"][3][k]), f"the critic's {k} differs: the stop reached the critic"
+    assert free["value_loss"] == pytest.approx(stopped["value_loss"], abs=0)
+    with pytest.raises(ValueError, match="target_kl"):
+        ppo.Hyper.from_dict({"target_kl": -0.1})
