@@ -25,8 +25,10 @@ from test_cli import DEVICE, HF, call, free_port, wait_healthy
 
 RANKS = int(os.environ.get("T1FLOW_HF_TEST_RANKS", "2"))
 # 3 trajectories: minibatches of 2 and 1 (rank 1's slice of the second is a
-# dropped repeat); sft's 2 epochs save the first (ShardedProgress).
-HYPER = {"preset": "small", "hyper": {"update_epochs": 2, "minibatches": 2, "epochs": 2}}
+# dropped repeat); sft's 2 epochs save the first (ShardedProgress). The PPO
+# step's four minibatches measured approx_kl 0, 0.013, 0.29, 0.05 on one rank:
+# target_kl 0.1 stops the actor at the third, so the ranks must agree on it.
+HYPER = {"preset": "small", "hyper": {"update_epochs": 2, "minibatches": 2, "epochs": 2, "target_kl": 0.1}}
 
 
 def torchrun(model, work, log, *extra):
@@ -134,6 +136,8 @@ def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
         one[name] = op(tr, name, key, sampled, **HYPER)
     two = {"sft": uncrashed["sft"], "ppo_step": uncrashed["ppo"]}
     assert one["sft"]["actor_optimizer"] == two["sft"]["actor_optimizer"] == "fresh"
+    for r in (one["ppo_step"], two["ppo_step"]):
+        assert (r["actor_updates"], r["kl_stop_minibatch"]) == (2, 3), r
     for name, metrics in (("sft", ("loss", "loss_first", "tokens")),
                           ("ppo_step", ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance",
                                         "logprob_gap_replay", "logprob_gap_noreplay", "tokens", "value_clipped",
