@@ -99,8 +99,8 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 	if a.version != c.st.WeightVersion {
 		workflow.GetLogger(ctx).Warn("the step started ahead expected other weights: sampling it again", "step", step, "expected", a.version, "served", c.st.WeightVersion)
 		a.cancel()
-		_ = a.fut.Get(ctx, nil)          // cancelled, or already failed: either way it trained nothing
-		c.st.CarriedDropped += a.carried // it cancelled them
+		c.countRefused(a.fut.Get(ctx, nil)) // cancelled, or already failed: either way it trained nothing
+		c.st.CarriedDropped += a.carried    // it cancelled them
 		return nil
 	}
 	// Waits for the step to have started; fails when it has closed, and its result says how.
@@ -109,7 +109,7 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 		if !a.fut.IsReady() {
 			// Running, yet unreachable: it would wait for ever. Sample it again.
 			a.cancel()
-			_ = a.fut.Get(ctx, nil)
+			c.countRefused(a.fut.Get(ctx, nil))
 			c.st.CarriedDropped += a.carried
 			return nil
 		}

@@ -32,6 +32,7 @@ type aheadRig struct {
 	trained map[int]time.Time // step -> when its ppo_step ended
 	started map[int][]time.Time
 	fail    func(key string, call int) error
+	broken  func(step, start int) bool // the rollout (the step's start-th) fails
 }
 
 func newAheadRig(t *testing.T, k, steps int) *aheadRig {
@@ -49,9 +50,13 @@ func newAheadRig(t *testing.T, k, steps int) *aheadRig {
 	traj := store.Ref{URI: "file:///t", SHA256: "ab", Bytes: 1}
 	r.env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
 		r.started[rin.Step] = append(r.started[rin.Step], workflow.Now(ctx))
+		n := len(r.started[rin.Step])
 		first := loaded[len(loaded)-1]
 		if err := workflow.Sleep(ctx, 3*time.Minute); err != nil {
 			return RolloutResult{}, err
+		}
+		if r.broken != nil && r.broken(rin.Step, n) { // reported to the step as a failed rollout reports itself
+			return mockedRollout(ctx, rin, failedOutcome(rin, temporal.NewApplicationError("the sandbox broke", errs.Infra)))
 		}
 		vs := []string{first}
 		if last := loaded[len(loaded)-1]; last != first {
@@ -202,5 +207,31 @@ func TestStepStartedAheadIsSampledAgainWhenThePreviousOneIsSkipped(t *testing.T)
 		if ref.PolicyVersion != "v0" {
 			t.Errorf("step 2 trained a segment of %s on v0", ref.PolicyVersion)
 		}
+	}
+}
+
+// A step started ahead that refused its batch (PartialBatch) before the
+// previous step failed and was skipped: it is discarded for the wrong
+// version, and its failed rollouts still count in the campaign's totals.
+func TestStepStartedAheadThatRefusedItsBatchCountsInTheTotals(t *testing.T) {
+	r := newAheadRig(t, 1, 2)
+	r.fail = func(key string, call int) error {
+		if strings.HasSuffix(key, "/ppo/1") {
+			return temporal.NewNonRetryableApplicationError("the trainer refused the batch", errs.BadInput, nil)
+		}
+		return nil
+	}
+	r.broken = func(step, start int) bool { return step == 2 && start <= 3 }
+	var seen CampaignStatus
+	decideLater(t, r.env, time.Hour, UpdateSkip, &seen)
+	st, _ := r.run(t)
+	if seen.Failure == nil || seen.Failure.Stage != "ppo-1" {
+		t.Fatalf("while paused: %+v", seen)
+	}
+	if len(st.Steps) != 2 || !st.Steps[0].Skipped || st.Steps[1].Ahead || st.Steps[1].Trained != 3 || st.Steps[1].Failed != 0 {
+		t.Fatalf("steps %+v", st.Steps)
+	}
+	if st.Failed != 3 || st.Aborted != 0 || st.Stale != 0 {
+		t.Errorf("totals: failed %d, aborted %d, stale %d; want the discarded start's 3 failed", st.Failed, st.Aborted, st.Stale)
 	}
 }

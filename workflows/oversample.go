@@ -262,7 +262,7 @@ func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout
 	if a := c.ahead; a != nil && len(wids) > 0 {
 		c.ahead = nil
 		a.cancel()
-		_ = a.fut.Get(dctx, nil) // it cancels what it adopted
+		c.countRefused(a.fut.Get(dctx, nil)) // it cancels what it adopted
 	}
 	if len(wids) == 0 {
 		return
@@ -299,11 +299,13 @@ func refused(rec StepRecord) RefusedBatch {
 
 // countRefused adds a refused batch's aborted, failed and stale rollouts to
 // the campaign's totals: they happened, whatever the operator decides next.
+// Any other outcome of a step (nil, cancelled, another failure) adds nothing.
 func (c *campaignRun) countRefused(err error) {
 	var ae *temporal.ApplicationError
 	var carried []CarriedRollout
 	var r RefusedBatch
-	if !errors.As(err, &ae) || !ae.HasDetails() || ae.Details(&carried, &r) != nil {
+	if !errors.As(err, &ae) || (ae.Type() != errs.PartialBatch && ae.Type() != errs.RewardCollapse) ||
+		!ae.HasDetails() || ae.Details(&carried, &r) != nil {
 		return
 	}
 	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+r.Aborted, c.st.Failed+r.Failed, c.st.Stale+r.Stale
