@@ -18,7 +18,8 @@ type TrainRequest struct {
 // Metrics are what a training operation reports. Common keys: version,
 // weight_version, replayed, seconds; ppo_step adds policy_loss, value_loss,
 // clipfrac, approx_kl, entropy, explained_variance, ceiling_ev,
-// advantage_mean, actor_updates, kl_stop_minibatch, logprob_gap_replay,
+// advantage_mean, actor_updates, kl_stop_minibatch, post_kl, pos_ratio_min,
+// pos_ratio_low_share, actor_backtracks, actor_step_share, logprob_gap_replay,
 // logprob_gap_noreplay, reward_mean, tokens (docs/trainer-protocol.md).
 type Metrics map[string]any
 

@@ -472,6 +472,17 @@ class ShardedTrainer(T.Trainer):
         super()._fresh_actor_optimizer()
         P.skip_unused_experts(self.actor_opt, self.actor)
 
+    def _actor_weights(self):
+        """The sharded parameters: FSDP2 keeps a unit's gathered (unsharded)
+        parameters registered on it after a forward without backward (the
+        root's, here), and those are what parameters() then returns; a write
+        to them would be lost at the next gather. reshard() (not recursive)
+        puts every unit's sharded parameters back."""
+        for m in self.actor.modules():
+            if hasattr(m, "reshard"):
+                m.reshard()
+        return list(self.actor.parameters())
+
     def _logp(self, inputs, targets, routing, temperature=None):
         """This rank's rows through the policy (with their own routing rows);
         every rank's log-probs, entropies and captured routing, gathered."""

@@ -42,6 +42,16 @@ class Hyper:
     # every earlier minibatch's move) exceeds target_kl, the actor takes no
     # more updates this step; the critic goes on fitting the returns. 0: off.
     target_kl: float = 0.0
+    # A line search on the update's worst token (TRPO-style backtracking):
+    # after the step's minibatches, every token the batch gave a positive
+    # advantage must keep at least min_pos_ratio of its probability; if one
+    # does not, the actor's update is halved toward the step's starting
+    # weights until none falls under it, at most `backtracks` times, and
+    # then undone. The clip cannot stop this: it only holds back tokens
+    # already outside the range, and one minibatch's step can push a shared
+    # format token of the good answers down 80-fold (docs/learning.md). 0: off.
+    min_pos_ratio: float = 0.0
+    backtracks: int = 5
     epochs: int = 1               # for sft and critic_fit
     # How sft's and critic_fit's learning rate moves over their steps
     # (epochs x minibatches): "constant", or "cosine" from the lr down to 0
@@ -83,6 +93,11 @@ class Hyper:
         for k in ("update_epochs", "minibatches", "max_minibatch", "epochs"):
             if getattr(self, k) < 1:
                 raise ValueError(f"hyper.{k} = {getattr(self, k)} must be >= 1")
+        if not 0 <= self.min_pos_ratio < 1:
+            raise ValueError(f"hyper.min_pos_ratio = {self.min_pos_ratio} must be at least 0 and under 1 (the share of "
+                             "its probability a positive-advantage token must keep through the update; 0: off)")
+        if self.backtracks < 0:
+            raise ValueError(f"hyper.backtracks = {self.backtracks} must be >= 0")
         for k in ("clip_coef", "max_grad_norm"):
             if not getattr(self, k) > 0:
                 raise ValueError(f"hyper.{k} = {getattr(self, k)} must be > 0")

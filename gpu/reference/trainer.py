@@ -492,6 +492,7 @@ class Trainer:
         ev = ppo.explained_variance(values[mask], ret[mask])
         ceiling = ppo.prefix_ceiling_ev(inputs, mask, ret, torch.ones(len(trajs), dtype=torch.bool))
         total = h.update_epochs * len(self._minibatches(len(trajs), h.minibatches, h.max_minibatch))
+        start = [q.detach().clone() for q in self._actor_weights()] if h.min_pos_ratio > 0 else None
         step, actor_updates, kl_stop = 0, 0, None
         stats = {"policy_loss": [], "value_loss": [], "entropy": [], "approx_kl": [], "clipfrac": []}
         self.actor.train()
@@ -513,10 +514,12 @@ class Trainer:
                 stats["value_loss"].append(float(vl))
                 step += 1
                 self._tick(step, total, policy_loss=stats["policy_loss"][-1], value_loss=float(vl))
+        post = self._after_update(p, old_logp, adv, h, start)
         self._solve_value_head(inputs, mask, ret)   # for the next step's batch: the returns this one saw
         self._fitted_on(ret[mask])
         out = {k: sum(v) / len(v) for k, v in stats.items()}
         out.update(is_stats)
+        out.update(post)
         out.update({
             "actor_updates": actor_updates, "kl_stop_minibatch": kl_stop or 0,
             "explained_variance": ev, "ceiling_ev": ceiling, "value_clipped": clipped, "value_range": self._range_out(),
@@ -528,6 +531,45 @@ class Trainer:
             "policy_versions": sorted({str(e.get("policy_version", "")) for e in meta["trajectories"]}),
         })
         return out
+
+    def _after_update(self, p, old_logp, adv, h, start):
+        """The step's update measured on its whole batch: post_kl (k3,
+        KL(before || after) over the loss tokens), pos_ratio_min (the lowest
+        after/before probability ratio of a token with a positive advantage)
+        and pos_ratio_low_share (the share of those under 1 - clip_coef).
+        With h.min_pos_ratio (start: the actor's weights before the step), an
+        update under which pos_ratio_min < min_pos_ratio is halved toward
+        start until it is not, at most h.backtracks times, then undone:
+        actor_backtracks, actor_step_share (1: the update as trained)."""
+        pos = (adv > 0) & p.mask
+
+        def measure():
+            with torch.no_grad():
+                new, _ = self._logp(p.inputs, p.targets, p.routing, p.temperature)
+            self._beat()
+            lr = (new - old_logp)[p.mask].double()
+            ratio = (new - old_logp)[pos].double().exp()
+            return {"post_kl": float((lr.exp() - 1 - lr).mean()) if lr.numel() else 0.0,
+                    "pos_ratio_min": float(ratio.min()) if ratio.numel() else 1.0,
+                    "pos_ratio_low_share": float((ratio < 1 - h.clip_coef).double().mean()) if ratio.numel() else 0.0}
+
+        m, backtracks, share = measure(), 0, 1.0
+        if start is not None and m["pos_ratio_min"] < h.min_pos_ratio:
+            end = [q.detach().clone() for q in self._actor_weights()]
+            while m["pos_ratio_min"] < h.min_pos_ratio and share > 0:
+                backtracks += 1
+                share = share / 2 if backtracks <= h.backtracks else 0.0
+                with torch.no_grad():
+                    for q, a, b in zip(self._actor_weights(), start, end):
+                        q.copy_(a + share * (b - a))
+                m = measure()
+        m.update(actor_backtracks=backtracks, actor_step_share=share)
+        return m
+
+    def _actor_weights(self):
+        """The actor's parameters as its optimizer holds them (the sharded
+        trainer reshards first)."""
+        return list(self.actor.parameters())
 
     def _actor_update(self, h, mb, m, inputs, targets, routing, temp, old_logp, adv, is_w, stats):
         """One minibatch's clipped-surrogate update of the actor. With

@@ -108,6 +108,11 @@ type Config struct {
 		// against the step's starting policy exceeds it, the actor takes no
 		// more updates that step (the critic goes on fitting); 0: off.
 		TargetKL float64 `toml:"target_kl" json:"target_kl,omitempty"`
+		// MinPosRatio P > 0: after a step's update every token the batch
+		// gave a positive advantage keeps at least P of its probability,
+		// or the actor's update is halved back toward the step's start until
+		// it does (at most 5 times, then undone); 0: off.
+		MinPosRatio float64 `toml:"min_pos_ratio" json:"min_pos_ratio,omitempty"`
 	} `toml:"ppo" json:"ppo"`
 	Eval struct {
 		Every       int  `toml:"every" json:"every"` // steps between evals; 0: only base, SFT and final
@@ -267,6 +272,7 @@ func (ch *checker) check(c *Config) {
 		{"ppo.oversample", c.PPO.Oversample > 0 && c.PPO.MaxStaleness < 1, fmt.Sprintf("= %d needs ppo.max_staleness >= 1 (is %d): the rollouts it carries into the next step train one version behind", c.PPO.Oversample, c.PPO.MaxStaleness)},
 		{"ppo.collapse_share", !(c.PPO.CollapseShare >= 0 && c.PPO.CollapseShare < 1), fmt.Sprintf("= %v must be at least 0 and under 1 (a share of the best earlier step's mean reward; 0: never pause)", c.PPO.CollapseShare)},
 		{"ppo.target_kl", !(c.PPO.TargetKL >= 0) || math.IsInf(c.PPO.TargetKL, 0), fmt.Sprintf("= %v must be a number >= 0 (the approx_kl over which a step's actor stops updating; 0: off)", c.PPO.TargetKL)},
+		{"ppo.min_pos_ratio", !(c.PPO.MinPosRatio >= 0 && c.PPO.MinPosRatio < 1), fmt.Sprintf("= %v must be at least 0 and under 1 (the share of its probability a positive-advantage token keeps through an update; 0: off)", c.PPO.MinPosRatio)},
 		{"ppo.is_correction", !validISCorrection(c.PPO.ISCorrection), fmt.Sprintf("= %q must be none, tis or mis", c.PPO.ISCorrection)},
 		{"ppo.is_cap", !(c.PPO.ISCap >= 1) || math.IsInf(c.PPO.ISCap, 0), fmt.Sprintf("= %v must be a number >= 1 (TIS truncates the importance weight at it; MIS keeps tokens whose weight is within [1/is_cap, is_cap])", c.PPO.ISCap)},
 		nonNegative("eval.every", c.Eval.Every),
@@ -286,7 +292,7 @@ func validISCorrection(s string) bool { return s == "none" || s == "tis" || s ==
 // PPOHyper is what a PPO step sends the trainer beyond the preset: the
 // learning rates when set, the off-policy correction when one is set
 // (none sends nothing, so the trainer runs its default loss), and target_kl
-// when set. Nil when
+// and min_pos_ratio when set. Nil when
 // there is nothing to send.
 func (c *Config) PPOHyper() map[string]any {
 	h := map[string]any{}
@@ -301,6 +307,9 @@ func (c *Config) PPOHyper() map[string]any {
 	}
 	if c.PPO.TargetKL > 0 {
 		h["target_kl"] = c.PPO.TargetKL
+	}
+	if c.PPO.MinPosRatio > 0 {
+		h["min_pos_ratio"] = c.PPO.MinPosRatio
 	}
 	if len(h) == 0 {
 		return nil

@@ -213,3 +213,16 @@ func TestTargetKL(t *testing.T) {
 		}
 	}
 }
+
+func TestMinPosRatio(t *testing.T) {
+	base := "name = \"x\"\n[pools]\ntrain = \"t\"\n"
+	if c, err := Parse("c.toml", base+"[ppo]\nmin_pos_ratio = 0.5\n"); err != nil || c.PPOHyper()["min_pos_ratio"] != 0.5 || len(c.PPOHyper()) != 1 {
+		t.Fatalf("0.5: %v %v", c.PPOHyper(), err)
+	}
+	for _, v := range []string{"-0.1", "1", "nan"} {
+		_, err := Parse("c.toml", base+"[ppo]\nmin_pos_ratio = "+v+"\n")
+		if err == nil || !strings.Contains(err.Error(), "c.toml: ppo.min_pos_ratio = ") {
+			t.Errorf("min_pos_ratio %s: %v", v, err)
+		}
+	}
+}

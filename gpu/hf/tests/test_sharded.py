@@ -28,7 +28,11 @@ RANKS = int(os.environ.get("T1FLOW_HF_TEST_RANKS", "2"))
 # dropped repeat); sft's 2 epochs save the first (ShardedProgress). The PPO
 # step's four minibatches measured approx_kl 0, 0.013, 0.29, 0.05 on one rank:
 # target_kl 0.1 stops the actor at the third, so the ranks must agree on it.
-HYPER = {"preset": "small", "hyper": {"update_epochs": 2, "minibatches": 2, "epochs": 2, "target_kl": 0.1}}
+# The update then left a positive-advantage token 0.70 of its probability
+# (0.88 at half the step): min_pos_ratio 0.8 backtracks it once, on every
+# rank's shards alike.
+HYPER = {"preset": "small", "hyper": {"update_epochs": 2, "minibatches": 2, "epochs": 2, "target_kl": 0.1,
+                                      "min_pos_ratio": 0.8}}
 
 
 def torchrun(model, work, log, *extra):
@@ -138,10 +142,11 @@ def test_two_ranks_train_as_one_rank(tiny, sampled, uncrashed, tmp_path):
     assert one["sft"]["actor_optimizer"] == two["sft"]["actor_optimizer"] == "fresh"
     for r in (one["ppo_step"], two["ppo_step"]):
         assert (r["actor_updates"], r["kl_stop_minibatch"]) == (2, 3), r
+        assert (r["actor_backtracks"], r["actor_step_share"]) == (1, 0.5), r
     for name, metrics in (("sft", ("loss", "loss_first", "tokens")),
                           ("ppo_step", ("policy_loss", "value_loss", "entropy", "approx_kl", "explained_variance",
                                         "logprob_gap_replay", "logprob_gap_noreplay", "tokens", "value_clipped",
-                                        "value_range", "advantage_mean"))):
+                                        "value_range", "advantage_mean", "post_kl", "pos_ratio_min"))):
         for m in metrics:
             assert two[name][m] == pytest.approx(one[name][m], rel=1e-4, abs=1e-6), (name, m)
     got = weights(uncrashed["saved"])

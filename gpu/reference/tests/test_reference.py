@@ -345,3 +345,59 @@ def test_target_kl_stops_the_actor_not_the_critic(tmp_path):
     assert free["value_loss"] == pytest.approx(stopped["value_loss"], abs=0)
     with pytest.raises(ValueError, match="target_kl"):
         ppo.Hyper.from_dict({"target_kl": -0.1})
+
+
+def test_min_pos_ratio_backtracks_the_actor_update(tmp_path):
+    """After the update, the step measures it on its whole batch (post_kl,
+    pos_ratio_min over the tokens with a positive advantage); with
+    min_pos_ratio an update under which such a token keeps less of its
+    probability is halved toward the starting weights until none does. Only
+    the actor moves back: the critic is the same as without it."""
+    eng = make_engine(seed=0)
+    # One answer, earning 1 once and 0 three times: the update pushes its
+    # tokens down on balance, the positive-advantage copy's included (the
+    # collapse's shape: good and bad answers sharing tokens).
+    # Another answer earning 0 is pushed down harder still: the floor reads
+    # the positive-advantage tokens only.
+    t = rollout(eng, [257] + list(b"same"), max_new=16, seed=0)
+    u = rollout(eng, [257] + list(b"other"), max_new=16, seed=1)
+    d = write_batch(tmp_path / "b", [t, t, t, t, u], [1.0, 0.0, 0.0, 0.0, 0.0])
+    runs = {}
+    for name, floor in (("free", 0.0), ("held", None)):
+        tr = make_trainer(tmp_path / name, seed=0)
+        _, ts = tr._load_batch({"batch_dir": d}, need_routing=True)
+        p = B.pad(ts, "cpu")
+        with torch.no_grad():
+            old, _ = tr._logp(p.inputs, p.targets, p.routing, p.temperature)
+        v, _ = tr._baseline(p.inputs, p.mask)
+        adv, _ = tr._advantages(ts, v, p.mask, ppo.Hyper.from_dict({}, "small"))
+        start = {k: t.clone() for k, t in tr.actor.state_dict().items()}
+        if floor is None:   # between the free update's worst positive-advantage token and 1
+            floor = (1 + runs["free"]["res"]["pos_ratio_min"]) / 2
+        res = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small",
+                                   "hyper": {"min_pos_ratio": floor}}, tr.ppo_step)
+        with torch.no_grad():
+            new, _ = tr._logp(p.inputs, p.targets, p.routing, p.temperature)
+        pos = (adv > 0) & p.mask
+        runs[name] = {"res": res, "floor": floor, "start": start, "actor": tr.actor.state_dict(),
+                      "critic": tr.critic.state_dict(), "ratio": (new - old)[pos].exp(), "lr": (new - old)[p.mask]}
+    free, held = runs["free"], runs["held"]
+    # The metrics are the update's, on the whole batch.
+    for r in (free, held):
+        assert r["res"]["pos_ratio_min"] == pytest.approx(float(r["ratio"].min()), abs=1e-5)
+        lr = r["lr"].double()
+        assert r["res"]["post_kl"] == pytest.approx(float((lr.exp() - 1 - lr).mean()), abs=1e-6)
+    assert free["res"]["pos_ratio_min"] < 0.999, "the free update lowered no positive-advantage token: the test shows nothing"
+    assert float(free["lr"].exp().min()) < free["res"]["pos_ratio_min"] - 0.01, "no token without a positive advantage fell further"
+    assert free["res"]["actor_backtracks"] == 0 and free["res"]["actor_step_share"] == 1.0
+    # Backtracked: the floor holds, and the actor sits on the line from its start to the free update's end.
+    share = held["res"]["actor_step_share"]
+    assert held["res"]["actor_backtracks"] >= 1 and share < 1
+    assert held["res"]["pos_ratio_min"] >= held["floor"] or share == 0
+    for k, a in held["start"].items():
+        want = a + share * (free["actor"][k] - a)
+        assert torch.allclose(held["actor"][k], want, atol=1e-6), k
+    for k, c in free["critic"].items():
+        assert torch.equal(c, held["critic"][k]), f"the backtrack moved the critic's {k}"
+    with pytest.raises(ValueError, match="min_pos_ratio"):
+        ppo.Hyper.from_dict({"min_pos_ratio": 1.0})
