@@ -221,7 +221,12 @@ func (c *campaignRun) warmup(ctx workflow.Context, attempt int) error {
 // warmedUp records what a warm-up measured and what its rollouts lost.
 func (c *campaignRun) warmedUp(res WarmupResult) {
 	c.st.ColdEV, c.st.WarmEV, c.st.WarmCeiling, c.st.WarmupGate = res.ColdEV, res.WarmEV, res.WarmCeiling, res.Gate
-	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
+	c.excluded(res.Aborted, res.Failed, res.Stale)
+}
+
+// excluded adds rollouts left out of a batch to the campaign's totals.
+func (c *campaignRun) excluded(aborted, failed, stale int) {
+	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+aborted, c.st.Failed+failed, c.st.Stale+stale
 }
 
 // gateMissed reads the result a warm-up that missed its required gate
@@ -267,7 +272,7 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 		return err
 	}
 	c.handedOn(step, &res)
-	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+res.Aborted, c.st.Failed+res.Failed, c.st.Stale+res.Stale
+	c.excluded(res.Aborted, res.Failed, res.Stale)
 	if err := c.checkpoint(ctx, fmt.Sprintf("step-%04d", step)); err != nil {
 		return err
 	}

@@ -308,7 +308,7 @@ func (c *campaignRun) countRefused(err error) {
 		!ae.HasDetails() || ae.Details(&carried, &r) != nil {
 		return
 	}
-	c.st.Aborted, c.st.Failed, c.st.Stale = c.st.Aborted+r.Aborted, c.st.Failed+r.Failed, c.st.Stale+r.Stale
+	c.excluded(r.Aborted, r.Failed, r.Stale)
 }
 
 // cancelRollouts asks the rollouts to cancel and waits (up to 10 minutes)
