@@ -265,10 +265,10 @@ func (c *campaignRun) ppoStep(ctx workflow.Context, step int) error {
 	}
 	var res StepRecord
 	if err := c.awaitStep(ctx, step, fut, ahead, &res); err != nil {
+		counted := c.countRefused(err)
 		if c.over {
-			c.dropCarried(ctx, carriedOf(err))
+			c.dropCarried(ctx, carriedOf(err), counted)
 		}
-		c.countRefused(err)
 		return err
 	}
 	c.handedOn(step, &res)

@@ -98,9 +98,7 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 	c.ahead = nil
 	if a.version != c.st.WeightVersion {
 		workflow.GetLogger(ctx).Warn("the step started ahead expected other weights: sampling it again", "step", step, "expected", a.version, "served", c.st.WeightVersion)
-		a.cancel()
-		c.countRefused(a.fut.Get(ctx, nil)) // cancelled, or already failed: either way it trained nothing
-		c.st.CarriedDropped += a.carried    // it cancelled them
+		c.discardAhead(ctx, a) // cancelled, or already failed: either way it trained nothing
 		return nil
 	}
 	// Waits for the step to have started; fails when it has closed, and its result says how.
@@ -108,13 +106,22 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 		workflow.GetLogger(ctx).Warn("the step started ahead was not signalled", "step", step, "error", err)
 		if !a.fut.IsReady() {
 			// Running, yet unreachable: it would wait for ever. Sample it again.
-			a.cancel()
-			c.countRefused(a.fut.Get(ctx, nil))
-			c.st.CarriedDropped += a.carried
+			c.discardAhead(ctx, a)
 			return nil
 		}
 	}
 	return a.fut
+}
+
+// discardAhead ends a step started ahead that will not train: what it
+// adopted is counted dropped, or counted by its refused batch, and what the
+// refusal left running is cancelled and counted dropped.
+func (c *campaignRun) discardAhead(ctx workflow.Context, a *aheadStep) {
+	left, n := c.endAhead(ctx, a)
+	c.st.CarriedDropped += n + len(left)
+	if len(left) > 0 {
+		c.cancelRollouts(ctx, distinctRollouts(left))
+	}
 }
 
 // mayStartAhead: step's successor may start now (run is the awaited start

@@ -248,27 +248,61 @@ func (c *campaignRun) handedOn(step int, res *StepRecord) {
 // until closed (a retry starts the same rollout IDs), and counted dropped.
 // refused is what a step that refused its batch (PartialBatch,
 // RewardCollapse) would have carried on: it told no one before it failed.
-func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout) {
+// counted: that step's counts reached the totals (countRefused), the
+// carried-in rollouts that reported to it among them, so only what still
+// ran (refused) is dropped of those: each outcome is counted once.
+func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout, counted bool) {
+	in, adopted := c.st.Carried, c.carry[c.stepRun]
+	c.st.Carried = nil
+	if len(distinctRollouts(in, adopted, refused)) == 0 {
+		return
+	}
+	cancel := slices.Concat(in, adopted, refused)
+	if counted {
+		in = nil
+	}
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	if a := c.ahead; a != nil {
+		c.ahead = nil
+		left, n := c.endAhead(dctx, a)
+		if n == 0 {
+			adopted = left // it counted those that reported to it; these still ran
+		}
+		cancel = append(cancel, left...)
+	}
+	c.st.CarriedDropped += len(distinctRollouts(in, adopted, refused))
+	c.cancelRollouts(dctx, distinctRollouts(cancel))
+}
+
+// endAhead cancels a step started ahead and says what of the rollouts it
+// adopted is dropped: one cancelled cancelled them (dropped: all); one that
+// had refused its batch counted those that reported to it (countRefused)
+// and names the ones still running in its error (left, for the caller to
+// cancel and count; histories from before it leave them running).
+func (c *campaignRun) endAhead(ctx workflow.Context, a *aheadStep) (left []CarriedRollout, dropped int) {
+	a.cancel()
+	err := a.fut.Get(ctx, nil)
+	if !c.countRefused(err) {
+		return nil, a.carried
+	}
+	if left = carriedOf(err); len(left) > 0 && workflow.GetVersion(ctx, "ahead-refused-left", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		left = nil
+	}
+	return left, 0
+}
+
+// distinctRollouts is the workflow IDs of lists' rollouts, each once, in
+// their first order.
+func distinctRollouts(lists ...[]CarriedRollout) []string {
 	seen := map[string]bool{}
 	var wids []string
-	for _, cr := range slices.Concat(c.st.Carried, c.carry[c.stepRun], refused) {
+	for _, cr := range slices.Concat(lists...) {
 		if !seen[cr.WorkflowID] {
 			seen[cr.WorkflowID] = true
 			wids = append(wids, cr.WorkflowID)
 		}
 	}
-	c.st.Carried = nil
-	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	if a := c.ahead; a != nil && len(wids) > 0 {
-		c.ahead = nil
-		a.cancel()
-		c.countRefused(a.fut.Get(dctx, nil)) // it cancels what it adopted
-	}
-	if len(wids) == 0 {
-		return
-	}
-	c.st.CarriedDropped += len(wids)
-	c.cancelRollouts(dctx, wids)
+	return wids
 }
 
 // carriedOf is the still-running rollouts a failed step's error carries
@@ -299,16 +333,18 @@ func refused(rec StepRecord) RefusedBatch {
 
 // countRefused adds a refused batch's aborted, failed and stale rollouts to
 // the campaign's totals: they happened, whatever the operator decides next.
-// Any other outcome of a step (nil, cancelled, another failure) adds nothing.
-func (c *campaignRun) countRefused(err error) {
+// Any other outcome of a step (nil, cancelled, another failure) adds nothing
+// (false).
+func (c *campaignRun) countRefused(err error) bool {
 	var ae *temporal.ApplicationError
 	var carried []CarriedRollout
 	var r RefusedBatch
 	if !errors.As(err, &ae) || (ae.Type() != errs.PartialBatch && ae.Type() != errs.RewardCollapse) ||
 		!ae.HasDetails() || ae.Details(&carried, &r) != nil {
-		return
+		return false
 	}
 	c.excluded(r.Aborted, r.Failed, r.Stale)
+	return true
 }
 
 // cancelRollouts asks the rollouts to cancel and waits (up to 10 minutes)

@@ -31,6 +31,10 @@ type oversampleRig struct {
 	longest string         // step 1's 12-minute task
 	// zero, when set, says which rollouts earn 0 (else 1), asked as each ends.
 	zero func(RolloutInput) bool
+	// dur, when set, says how long a rollout runs (0: the default above);
+	// failed, which rollouts report a broken sandbox as they end.
+	dur    func(RolloutInput) time.Duration
+	failed func(RolloutInput) bool
 }
 
 func newOversampleRig(t *testing.T, k int) *oversampleRig {
@@ -49,8 +53,14 @@ func newOversampleRig(t *testing.T, k int) *oversampleRig {
 		case strings.HasSuffix(rin.Task.ID, "00000000"):
 			d = 6 * time.Minute
 		}
+		if r.dur != nil && r.dur(rin) > 0 {
+			d = r.dur(rin)
+		}
 		if err := workflow.Sleep(ctx, d); err != nil {
 			return RolloutResult{}, err
+		}
+		if r.failed != nil && r.failed(rin) {
+			return mockedRollout(ctx, rin, failedOutcome(rin, temporal.NewApplicationError("the sandbox broke", errs.Infra)))
 		}
 		vs := []string{first}
 		if last := loaded[len(loaded)-1]; last != first {
@@ -257,8 +267,9 @@ func TestOversampleFailedStepDropsItsCarriedRollouts(t *testing.T) {
 // A step that refuses its batch (RewardCollapse here; PartialBatch takes the
 // same path) before training tells the campaign nothing of the rollouts it
 // would have carried on: its error carries them, and the campaign drops them
-// with what was carried into it. Before, step 2's own 6-minute rollout ran
-// on unowned, and the retry found its ID taken (counted failed).
+// with what was carried into it and had not reported to it. Before, step
+// 2's own 6-minute rollout ran on unowned, and the retry found its ID taken
+// (counted failed).
 func TestOversampleRefusedBatchDropsWhatItWouldCarry(t *testing.T) {
 	r := newOversampleRig(t, 1)
 	r.in.Config.PPO.CollapseShare = 0.9
@@ -275,9 +286,11 @@ func TestOversampleRefusedBatchDropsWhatItWouldCarry(t *testing.T) {
 		t.Fatalf("at the decision: %+v", seen)
 	}
 	// Into step 2: step 1's 6- and 12-minute rollouts; out of it: the
-	// 12-minute one and step 2's own 6-minute one.
-	if seen.CarriedDropped != 3 || seen.Carried != 0 || st.CarriedDropped != 3 {
-		t.Errorf("carried dropped %d at the decision, %d at the end; want 3", seen.CarriedDropped, st.CarriedDropped)
+	// 12-minute one and step 2's own 6-minute one. The 6-minute one carried
+	// in reported to step 2: its outcome is the refused batch's (counted
+	// with it), not dropped as well.
+	if seen.CarriedDropped != 2 || seen.Carried != 0 || st.CarriedDropped != 2 {
+		t.Errorf("carried dropped %d at the decision, %d at the end; want 2", seen.CarriedDropped, st.CarriedDropped)
 	}
 	if len(st.Steps) != 4 || st.Steps[1].Trained < 3 || st.Steps[1].CarriedIn != 0 {
 		t.Fatalf("steps %+v", st.Steps)
@@ -285,6 +298,68 @@ func TestOversampleRefusedBatchDropsWhatItWouldCarry(t *testing.T) {
 	for _, s := range st.Steps {
 		if s.Failed != 0 || s.Stale != 0 {
 			t.Errorf("step %d: failed %d, stale %d (a rollout ID found taken counts failed)", s.Step, s.Failed, s.Stale)
+		}
+	}
+}
+
+// A step started ahead that refused its batch while the step before it
+// trained leaves running what it would have carried on, its own rollouts
+// among them. When the step before then fails, the campaign cancels those
+// too and counts them dropped once: the adopted rollout that reported to
+// the refused batch is counted there, not dropped as well. Before, the
+// refused step's own rollout ran on unowned, and the same step's next start
+// found its rollout ID taken (counted failed).
+func TestStepStartedAheadThatRefusedLeavesNothingRunning(t *testing.T) {
+	r := newOversampleRig(t, 2)
+	// Step 1 (from 0:00) collects at 3:00 and hands on its 4-minute rollout
+	// and its 12-minute one; its update fails at 5:00. Step 2, started ahead
+	// at 3:00, draws 3: its second and third fail at once, step 1's
+	// 4-minute rollout reports at 4:00, and it refuses its batch (2 of 3
+	// failed) with its own 6-minute rollout and step 1's 12-minute one
+	// still running.
+	broke := map[string]bool{}
+	breaks := func(rin RolloutInput) bool { // step 2's second and third, the first time
+		return r.drawn[rin.Task.ID] == 2 && !strings.HasSuffix(rin.Task.ID, "00000000") && !broke[rin.Task.ID]
+	}
+	r.dur = func(rin RolloutInput) time.Duration {
+		switch {
+		case r.drawn[rin.Task.ID] == 1 && strings.HasSuffix(rin.Task.ID, "00000000"):
+			return 4 * time.Minute
+		case breaks(rin):
+			return time.Second
+		}
+		return 0
+	}
+	r.failed = func(rin RolloutInput) bool {
+		b := breaks(rin)
+		broke[rin.Task.ID] = true
+		return b
+	}
+	r.fail = func(key string, call int) error {
+		if strings.HasSuffix(key, "/ppo/1") && call == 1 {
+			return temporal.NewNonRetryableApplicationError("the trainer refused the batch", errs.BadInput, nil)
+		}
+		return nil
+	}
+	var seen CampaignStatus // retried at 5:30, while step 2's own 6-minute rollout runs (to 9:00)
+	decideLater(t, r.env, 5*time.Minute+30*time.Second, UpdateRetry, &seen)
+	st, _ := r.run(t)
+	if seen.Failure == nil || seen.Failure.Stage != "ppo-1" {
+		t.Fatalf("at the decision: %+v", seen)
+	}
+	// Dropped: step 1's 12-minute rollout and step 2's own 6-minute one.
+	if seen.CarriedDropped != 2 || st.CarriedDropped != 2 {
+		t.Errorf("carried dropped %d at the decision, %d at the end; want 2", seen.CarriedDropped, st.CarriedDropped)
+	}
+	if st.Failed != 2 {
+		t.Errorf("failed in all %d; want the refused batch's 2", st.Failed)
+	}
+	if len(st.Steps) != 4 {
+		t.Fatalf("steps %+v", st.Steps)
+	}
+	for _, s := range st.Steps { // (step 1's 12-minute rollout is stale at the end, as without the failure)
+		if s.Failed != 0 {
+			t.Errorf("step %d: failed %d (a rollout ID found taken counts failed)", s.Step, s.Failed)
 		}
 	}
 }
