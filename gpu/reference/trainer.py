@@ -513,7 +513,10 @@ class Trainer:
                 self.critic_opt.step()
                 stats["value_loss"].append(float(vl))
                 step += 1
-                self._tick(step, total, policy_loss=stats["policy_loss"][-1], value_loss=float(vl))
+                tick = {"value_loss": float(vl)}
+                if kl_stop is None:   # the actor trained on this minibatch
+                    tick["policy_loss"] = stats["policy_loss"][-1]
+                self._tick(step, total, **tick)
         post = self._after_update(p, old_logp, adv, h, start)
         self._solve_value_head(inputs, mask, ret)   # for the next step's batch: the returns this one saw
         self._fitted_on(ret[mask])

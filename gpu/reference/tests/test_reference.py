@@ -332,7 +332,7 @@ def test_target_kl_stops_the_actor_not_the_critic(tmp_path):
         before = {k: v.clone() for k, v in tr.actor.state_dict().items()}
         res = tr._run("ppo_step", {"key": "c/ppo/1", "batch_dir": d, "preset": "small", "hyper": {"target_kl": kl}}, tr.ppo_step)
         moved = max(float((v - before[k]).abs().max()) for k, v in tr.actor.state_dict().items())
-        runs[name] = (res, moved, tr.actor.state_dict(), tr.critic.state_dict())
+        runs[name] = (res, moved, tr.actor.state_dict(), tr.critic.state_dict(), dict(tr.progress["metrics"]))
     free, stopped = runs["free"][0], runs["stopped"][0]
     # 3 trajectories: 3 minibatches of one, 2 epochs. The first minibatch is
     # the starting policy (approx_kl 0); after one update the next exceeds 1e-6.
@@ -343,6 +343,8 @@ def test_target_kl_stops_the_actor_not_the_critic(tmp_path):
     for k, v in runs["free"][3].items():
         assert torch.equal(v, runs["stopped"][3][k]), f"the critic's {k} differs: the stop reached the critic"
     assert free["value_loss"] == pytest.approx(stopped["value_loss"], abs=0)
+    # The last tick (minibatch 6) trained the critic only: no policy loss to show.
+    assert "policy_loss" in runs["free"][4] and set(runs["stopped"][4]) == {"value_loss"}
     with pytest.raises(ValueError, match="target_kl"):
         ppo.Hyper.from_dict({"target_kl": -0.1})
 
