@@ -64,6 +64,7 @@ func TestCampaignChaosOversample(t *testing.T) {
 	defer cancel()
 	var res workflows.CampaignResult
 	if err := c.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
+		explainCampaign(t, c, name) // where it waits
 		t.Fatalf("campaign: %v", err)
 	}
 	t.Logf("campaign done after %.0fs", time.Since(r.began).Seconds())

@@ -133,6 +133,7 @@ func TestCampaignChaos(t *testing.T) {
 	defer cancel()
 	var res workflows.CampaignResult
 	if err := c.GetWorkflow(ctx, wid, "").Get(ctx, &res); err != nil {
+		explainCampaign(t, c, name)
 		t.Fatalf("campaign: %v", err)
 	}
 	t.Logf("campaign done after %.0fs; the inference watchdog found %d hangs", time.Since(r.began).Seconds(),

@@ -242,8 +242,13 @@ func (r *rig) setConcurrencyMidStep(t *testing.T, name string, n int) {
 }
 
 // explain prints the campaign's workflows and their failures.
-func (r *rig) explain(t *testing.T, campaignName string) {
-	resp, err := r.c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
+func (r *rig) explain(t *testing.T, campaignName string) { explainCampaign(t, r.c, campaignName) }
+
+// explainCampaign prints campaignName's workflows, and what each one still
+// open waits on: its pending activities (state, attempt, when scheduled and
+// last started, the last failure) and children.
+func explainCampaign(t *testing.T, c client.Client, campaignName string) {
+	resp, err := c.ListWorkflow(context.Background(), &workflowservice.ListWorkflowExecutionsRequest{
 		Query: fmt.Sprintf("CampaignID STARTS_WITH '%s'", campaignName), PageSize: 200})
 	if err != nil {
 		t.Log(err)
@@ -251,13 +256,19 @@ func (r *rig) explain(t *testing.T, campaignName string) {
 	}
 	for _, e := range resp.Executions {
 		t.Logf("%s %s %s", e.Type.Name, e.Execution.WorkflowId, e.Status)
-		if e.Status.String() != "Completed" {
-			d, err := r.c.DescribeWorkflowExecution(context.Background(), e.Execution.WorkflowId, e.Execution.RunId)
-			if err == nil {
-				for _, a := range d.PendingActivities {
-					t.Logf("  pending %s attempt %d: %v", a.ActivityType.Name, a.Attempt, a.LastFailure)
-				}
-			}
+		if e.Status.String() == "Completed" {
+			continue
+		}
+		d, err := c.DescribeWorkflowExecution(context.Background(), e.Execution.WorkflowId, e.Execution.RunId)
+		if err != nil {
+			continue
+		}
+		for _, a := range d.PendingActivities {
+			t.Logf("  pending %s %s attempt %d, scheduled %s, last started %s: %v", a.ActivityType.Name, a.State, a.Attempt,
+				a.ScheduledTime.AsTime().Format(time.TimeOnly), a.LastStartedTime.AsTime().Format(time.TimeOnly), a.LastFailure)
+		}
+		for _, ch := range d.PendingChildren {
+			t.Logf("  child %s %s", ch.WorkflowTypeName, ch.WorkflowId)
 		}
 	}
 }
