@@ -77,8 +77,10 @@ type CampaignState struct {
 	PPOStarted time.Time `json:"ppo_started,omitempty"`
 	PPOEnded   time.Time `json:"ppo_ended,omitempty"`
 	// Carried: rollouts the last PPO step handed on that no step has adopted
-	// yet (ppo.oversample, oversample.go); CarriedDropped: carried rollouts
-	// cancelled because a step failed or was sampled again.
+	// yet (ppo.oversample, oversample.go); CarriedDropped: rollouts cancelled
+	// before they reported to a step that counted them, because a step failed
+	// or was sampled again: those carried into or out of it, and what a
+	// refused batch (its own or a step's started ahead) left running.
 	Carried        []CarriedRollout `json:"carried,omitempty"`
 	CarriedDropped int              `json:"carried_dropped,omitempty"`
 }
@@ -124,7 +126,8 @@ type CampaignStatus struct {
 	Resumes []ResumeRecord `json:"resumes,omitempty"`
 	Trainer string         `json:"trainer,omitempty"` // the trainer it is pinned to
 	// Carried: rollouts handed on that the next step has not adopted yet;
-	// CarriedDropped: carried rollouts cancelled (ppo.oversample).
+	// CarriedDropped: rollouts cancelled before a step counted them
+	// (ppo.oversample; CampaignState.CarriedDropped).
 	Carried        int `json:"carried,omitempty"`
 	CarriedDropped int `json:"carried_dropped,omitempty"`
 }

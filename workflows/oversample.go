@@ -244,17 +244,22 @@ func (c *campaignRun) handedOn(step int, res *StepRecord) {
 }
 
 // dropCarried: step failed. What was carried into it and out of it is
-// cancelled, with the step started ahead that adopted it, and waited for
-// until closed (a retry starts the same rollout IDs), and counted dropped.
-// refused is what a step that refused its batch (PartialBatch,
-// RewardCollapse) would have carried on: it told no one before it failed.
-// counted: that step's counts reached the totals (countRefused), the
-// carried-in rollouts that reported to it among them, so only what still
-// ran (refused) is dropped of those: each outcome is counted once.
+// cancelled, with the step started ahead (which adopted what it handed on),
+// and waited for until closed (a retry starts the same rollout IDs), and
+// counted dropped. refused is what a step that refused its batch
+// (PartialBatch, RewardCollapse) would have carried on: it told no one
+// before it failed. counted: that step's counts reached the totals
+// (countRefused), the carried-in rollouts that reported to it among them, so
+// only what still ran (refused) is dropped of those: each outcome is counted
+// once. A step started ahead is ended even when nothing was carried
+// (GetVersion drop-ahead-uncarried): a retry of step would otherwise find
+// it started from the failed attempt, hand it nothing, and its refusal
+// (one that came before the retry) would pause the campaign again.
 func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout, counted bool) {
 	in, adopted := c.st.Carried, c.carry[c.stepRun]
 	c.st.Carried = nil
-	if len(distinctRollouts(in, adopted, refused)) == 0 {
+	if len(distinctRollouts(in, adopted, refused)) == 0 &&
+		(c.ahead == nil || workflow.GetVersion(ctx, "drop-ahead-uncarried", workflow.DefaultVersion, 1) == workflow.DefaultVersion) {
 		return
 	}
 	cancel := slices.Concat(in, adopted, refused)
@@ -264,31 +269,33 @@ func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if a := c.ahead; a != nil {
 		c.ahead = nil
-		left, n := c.endAhead(dctx, a)
-		if n == 0 {
+		if left, _, refusedAhead := c.endAhead(dctx, a); refusedAhead {
 			adopted = left // it counted those that reported to it; these still ran
+			cancel = append(cancel, left...)
 		}
-		cancel = append(cancel, left...)
 	}
 	c.st.CarriedDropped += len(distinctRollouts(in, adopted, refused))
-	c.cancelRollouts(dctx, distinctRollouts(cancel))
+	if wids := distinctRollouts(cancel); len(wids) > 0 {
+		c.cancelRollouts(dctx, wids)
+	}
 }
 
 // endAhead cancels a step started ahead and says what of the rollouts it
 // adopted is dropped: one cancelled cancelled them (dropped: all); one that
-// had refused its batch counted those that reported to it (countRefused)
-// and names the ones still running in its error (left, for the caller to
-// cancel and count; histories from before it leave them running).
-func (c *campaignRun) endAhead(ctx workflow.Context, a *aheadStep) (left []CarriedRollout, dropped int) {
+// had refused its batch (refused) counted those that reported to it
+// (countRefused) and names the ones still running in its error (left, for
+// the caller to cancel and count; histories from before it leave them
+// running).
+func (c *campaignRun) endAhead(ctx workflow.Context, a *aheadStep) (left []CarriedRollout, dropped int, refused bool) {
 	a.cancel()
 	err := a.fut.Get(ctx, nil)
 	if !c.countRefused(err) {
-		return nil, a.carried
+		return nil, a.carried, false
 	}
 	if left = carriedOf(err); len(left) > 0 && workflow.GetVersion(ctx, "ahead-refused-left", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		left = nil
 	}
-	return left, 0
+	return left, 0, true
 }
 
 // distinctRollouts is the workflow IDs of lists' rollouts, each once, in

@@ -317,10 +317,7 @@ func TestStepStartedAheadThatRefusedLeavesNothingRunning(t *testing.T) {
 	// 4-minute rollout reports at 4:00, and it refuses its batch (2 of 3
 	// failed) with its own 6-minute rollout and step 1's 12-minute one
 	// still running.
-	broke := map[string]bool{}
-	breaks := func(rin RolloutInput) bool { // step 2's second and third, the first time
-		return r.drawn[rin.Task.ID] == 2 && !strings.HasSuffix(rin.Task.ID, "00000000") && !broke[rin.Task.ID]
-	}
+	breaks, _ := r.refusingAhead(func(id string) bool { return !strings.HasSuffix(id, "00000000") }) // its second and third
 	r.dur = func(rin RolloutInput) time.Duration {
 		switch {
 		case r.drawn[rin.Task.ID] == 1 && strings.HasSuffix(rin.Task.ID, "00000000"):
@@ -329,17 +326,6 @@ func TestStepStartedAheadThatRefusedLeavesNothingRunning(t *testing.T) {
 			return time.Second
 		}
 		return 0
-	}
-	r.failed = func(rin RolloutInput) bool {
-		b := breaks(rin)
-		broke[rin.Task.ID] = true
-		return b
-	}
-	r.fail = func(key string, call int) error {
-		if strings.HasSuffix(key, "/ppo/1") && call == 1 {
-			return temporal.NewNonRetryableApplicationError("the trainer refused the batch", errs.BadInput, nil)
-		}
-		return nil
 	}
 	var seen CampaignStatus // retried at 5:30, while step 2's own 6-minute rollout runs (to 9:00)
 	decideLater(t, r.env, 5*time.Minute+30*time.Second, UpdateRetry, &seen)
@@ -362,6 +348,65 @@ func TestStepStartedAheadThatRefusedLeavesNothingRunning(t *testing.T) {
 			t.Errorf("step %d: failed %d (a rollout ID found taken counts failed)", s.Step, s.Failed)
 		}
 	}
+}
+
+// A step that fails having handed nothing on still ends the step started
+// ahead: here that step had refused its batch (2 of 3 outcomes failed) with
+// two of its own rollouts running. Before, it outlived the failure: its own
+// rollouts ran on unowned, and after the retry the campaign took it up again
+// and paused a second time on its refusal from before the retry.
+func TestFailedStepEndsTheStepStartedAheadThatCarriedNothing(t *testing.T) {
+	r := newOversampleRig(t, 2)
+	// Step 1's five rollouts all take 3 minutes: it hands nothing on. Step
+	// 2, started ahead at 3:00, draws 5: its second to fourth fail at once
+	// the first time, its first and fifth run 6 minutes. Step 1's first
+	// update fails at 5:00; the retry is decided at 5:30.
+	breaks, first := r.refusingAhead(func(id string) bool { return !strings.HasSuffix(id, "0") && !strings.HasSuffix(id, "4") })
+	r.dur = func(rin RolloutInput) time.Duration {
+		switch {
+		case r.drawn[rin.Task.ID] == 1:
+			return 3 * time.Minute
+		case breaks(rin):
+			return time.Second
+		case r.drawn[rin.Task.ID] == 2 && first(rin.Task.ID):
+			return 6 * time.Minute
+		}
+		return 0
+	}
+	var seen CampaignStatus
+	decideLater(t, r.env, 5*time.Minute+30*time.Second, UpdateRetry, &seen)
+	st, _ := r.run(t)
+	if seen.Failure == nil || seen.Failure.Stage != "ppo-1" || seen.CarriedDropped != 2 {
+		t.Fatalf("at the decision: %+v; want step 1's failure and step 2's two running rollouts dropped", seen)
+	}
+	if len(st.Steps) != 4 || st.Failed != 3 || st.CarriedDropped != 2 {
+		t.Fatalf("failed in all %d (want the refused batch's 3), carried dropped %d (want 2), steps %+v", st.Failed, st.CarriedDropped, st.Steps)
+	}
+	for _, s := range st.Steps {
+		if s.Failed != 0 {
+			t.Errorf("step %d: failed %d (a rollout ID found taken counts failed)", s.Step, s.Failed)
+		}
+	}
+}
+
+// refusingAhead: step 1's first update fails, and the rollouts of step 2's
+// tasks that pick chooses report a broken sandbox the first time they end
+// (breaks says which will); first says a step-2 task has not ended yet.
+func (r *oversampleRig) refusingAhead(pick func(id string) bool) (breaks func(RolloutInput) bool, first func(id string) bool) {
+	ended := map[string]bool{}
+	breaks = func(rin RolloutInput) bool { return r.drawn[rin.Task.ID] == 2 && !ended[rin.Task.ID] && pick(rin.Task.ID) }
+	r.failed = func(rin RolloutInput) bool {
+		b := breaks(rin)
+		ended[rin.Task.ID] = true
+		return b
+	}
+	r.fail = func(key string, call int) error {
+		if strings.HasSuffix(key, "/ppo/1") && call == 1 {
+			return temporal.NewNonRetryableApplicationError("the trainer refused the batch", errs.BadInput, nil)
+		}
+		return nil
+	}
+	return breaks, func(id string) bool { return !ended[id] }
 }
 
 // The turn statistics the report and TensorBoard show.
