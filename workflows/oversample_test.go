@@ -394,7 +394,9 @@ func TestFailedStepEndsTheStepStartedAheadThatCarriedNothing(t *testing.T) {
 // (breaks says which will); first says a step-2 task has not ended yet.
 func (r *oversampleRig) refusingAhead(pick func(id string) bool) (breaks func(RolloutInput) bool, first func(id string) bool) {
 	ended := map[string]bool{}
-	breaks = func(rin RolloutInput) bool { return r.drawn[rin.Task.ID] == 2 && !ended[rin.Task.ID] && pick(rin.Task.ID) }
+	breaks = func(rin RolloutInput) bool {
+		return r.drawn[rin.Task.ID] == 2 && !ended[rin.Task.ID] && pick(rin.Task.ID)
+	}
 	r.failed = func(rin RolloutInput) bool {
 		b := breaks(rin)
 		ended[rin.Task.ID] = true
