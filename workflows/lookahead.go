@@ -117,8 +117,11 @@ func (c *campaignRun) takeAhead(ctx workflow.Context, step int) workflow.ChildWo
 // adopted is counted dropped, or counted by its refused batch, and what the
 // refusal left running is cancelled and counted dropped.
 func (c *campaignRun) discardAhead(ctx workflow.Context, a *aheadStep) {
-	left, n, _ := c.endAhead(ctx, a)
-	c.st.CarriedDropped += n + len(left)
+	left, refused := c.endAhead(ctx, a)
+	if !refused {
+		c.st.CarriedDropped += a.carried
+	}
+	c.st.CarriedDropped += len(left)
 	if len(left) > 0 {
 		c.cancelRollouts(ctx, distinctRollouts(left))
 	}

@@ -269,7 +269,7 @@ func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	if a := c.ahead; a != nil {
 		c.ahead = nil
-		if left, _, refusedAhead := c.endAhead(dctx, a); refusedAhead {
+		if left, refusedAhead := c.endAhead(dctx, a); refusedAhead {
 			adopted = left // it counted those that reported to it; these still ran
 			cancel = append(cancel, left...)
 		}
@@ -280,22 +280,21 @@ func (c *campaignRun) dropCarried(ctx workflow.Context, refused []CarriedRollout
 	}
 }
 
-// endAhead cancels a step started ahead and says what of the rollouts it
-// adopted is dropped: one cancelled cancelled them (dropped: all); one that
-// had refused its batch (refused) counted those that reported to it
-// (countRefused) and names the ones still running in its error (left, for
-// the caller to cancel and count; histories from before it leave them
-// running).
-func (c *campaignRun) endAhead(ctx workflow.Context, a *aheadStep) (left []CarriedRollout, dropped int, refused bool) {
+// endAhead cancels a step started ahead. One cancelled cancelled what it
+// adopted (a.carried of them, dropped); one that had refused its batch
+// (refused) counted those that reported to it (countRefused) and names the
+// ones still running in its error (left, for the caller to cancel and count;
+// histories from before it leave them running).
+func (c *campaignRun) endAhead(ctx workflow.Context, a *aheadStep) (left []CarriedRollout, refused bool) {
 	a.cancel()
 	err := a.fut.Get(ctx, nil)
 	if !c.countRefused(err) {
-		return nil, a.carried, false
+		return nil, false
 	}
 	if left = carriedOf(err); len(left) > 0 && workflow.GetVersion(ctx, "ahead-refused-left", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		left = nil
 	}
-	return left, 0, true
+	return left, true
 }
 
 // distinctRollouts is the workflow IDs of lists' rollouts, each once, in

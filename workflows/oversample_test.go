@@ -53,8 +53,10 @@ func newOversampleRig(t *testing.T, k int) *oversampleRig {
 		case strings.HasSuffix(rin.Task.ID, "00000000"):
 			d = 6 * time.Minute
 		}
-		if r.dur != nil && r.dur(rin) > 0 {
-			d = r.dur(rin)
+		if r.dur != nil {
+			if o := r.dur(rin); o > 0 {
+				d = o
+			}
 		}
 		if err := workflow.Sleep(ctx, d); err != nil {
 			return RolloutResult{}, err
