@@ -352,6 +352,7 @@ func (a *Activities) DestroySandbox(ctx context.Context, in DestroyInput) error 
 
 // StoreJSON writes a document to the artifact store for a workflow.
 func (a *Activities) StoreJSON(ctx context.Context, in StoreJSONInput) (store.Ref, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	ref, err := store.PutJSON(ctx, a.Store, in.Key, in.Value)
 	if err != nil {
 		return ref, errs.Infraf("store %s: %v", in.Key, err)
@@ -361,6 +362,7 @@ func (a *Activities) StoreJSON(ctx context.Context, in StoreJSONInput) (store.Re
 
 // StoreEvents writes a TensorBoard event file to the artifact store for a workflow.
 func (a *Activities) StoreEvents(ctx context.Context, in StoreEventsInput) (store.Ref, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	ref, err := a.Store.Put(ctx, in.Key, bytes.NewReader(tfevents.File(in.WallTime, in.Steps)))
 	if err != nil {
 		return ref, errs.Infraf("store %s: %v", in.Key, err)

@@ -4,10 +4,12 @@ import (
 	"context"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/t1flow/t1flow/inference"
 	"github.com/t1flow/t1flow/internal/audit"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 )
@@ -16,6 +18,7 @@ import (
 // (the record's turn output): one "leak: FILE holds VALUE, written to PATH"
 // line per value it found in the image and wrote where the tests look.
 func (a *Activities) AuditLeakSeen(ctx context.Context, record store.Ref) ([]string, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	var rec struct {
 		Turns []struct {
 			Preview string     `json:"preview"`
@@ -55,6 +58,7 @@ type AuditJudgeInput struct {
 // InfraError (retried); an answer that cannot be used is a verdict with
 // Error set, and the executable checks decide alone.
 func (a *Activities) AuditJudge(ctx context.Context, in AuditJudgeInput) (audit.ModelVerdict, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	t, err := a.fetchTask(ctx, in.Task)
 	if err != nil {
 		return audit.ModelVerdict{}, err

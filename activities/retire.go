@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
 )
 
@@ -33,6 +34,7 @@ type RetireResult struct {
 // on the control queue (it needs only Temporal), after a reaper run found no
 // worker on the host's queue.
 func (a *Activities) RetireIdleHost(ctx context.Context, in RetireInput) (RetireResult, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	if in.Host == "" || in.AfterSec <= 0 {
 		return RetireResult{}, errs.BadInputf("retire idle host: host and after_sec are required")
 	}

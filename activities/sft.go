@@ -6,9 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/t1flow/t1flow/harness"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
@@ -40,6 +42,7 @@ const sftScreen = harness.SFTPrompt + "\n"
 // solution's steps and which marks the task complete, then the confirmation.
 // Only the assistant's tokens are in the loss mask.
 func (a *Activities) RenderSFT(ctx context.Context, in RenderSFTInput) (RenderSFTResult, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	t, err := a.fetchTask(ctx, in.Task)
 	if err != nil {
 		return RenderSFTResult{}, err

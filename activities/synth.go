@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/t1flow/t1flow/inference"
@@ -148,6 +149,7 @@ type AuditStaticResult struct {
 // AuditStatic reads the task: hidden requirements, leakage, shortcuts,
 // clarity, solution steps and mutants.
 func (a *Activities) AuditStatic(ctx context.Context, in AuditStaticInput) (AuditStaticResult, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	t, err := a.fetchTask(ctx, in.Task)
 	if err != nil {
 		return AuditStaticResult{}, err
@@ -178,6 +180,10 @@ func (a *Activities) shingles(ctx context.Context, r task.Ref) (map[uint64]bool,
 // PoolSimilarity finds near duplicates within the pool (the later of a pair,
 // in name order, is the duplicate) and contamination against eval tasks.
 func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (map[string]audit.Similarity, error) {
+	var read, compared atomic.Int64 // the heartbeat's details
+	defer heartbeat.Every(ctx, 5*time.Second, func(context.Context) any {
+		return fmt.Sprintf("%d of %d tasks read, %d compared", read.Load(), len(in.Tasks), compared.Load())
+	})()
 	tasks := append([]task.Ref{}, in.Tasks...)
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Name < tasks[j].Name })
 	sh := make([]map[uint64]bool, len(tasks))
@@ -187,7 +193,7 @@ func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (ma
 			return nil, err
 		}
 		sh[i] = s
-		heartbeat.Record(ctx, i)
+		read.Store(int64(i + 1))
 	}
 	var evals []map[uint64]bool
 	for _, e := range in.Eval {
@@ -199,6 +205,9 @@ func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (ma
 	}
 	out := map[string]audit.Similarity{}
 	for i, t := range tasks {
+		if err := ctx.Err(); err != nil { // a timed-out attempt stops comparing
+			return nil, err
+		}
 		var sim audit.Similarity
 		for j := 0; j < i; j++ {
 			if x := audit.Jaccard(sh[i], sh[j]); x >= in.Config.DuplicateJaccard && x > sim.Duplicate {
@@ -211,6 +220,7 @@ func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (ma
 			}
 		}
 		out[t.ID] = sim
+		compared.Store(int64(i + 1))
 	}
 	return out, nil
 }
@@ -223,6 +233,7 @@ type ImportInput struct {
 
 // ImportToPool merges task refs into a pool; it returns how many were new.
 func (a *Activities) ImportToPool(ctx context.Context, in ImportInput) (int, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	_, added, err := task.ImportRefs(ctx, a.Store, in.Pool, in.Tasks)
 	if err != nil {
 		var nf = store.ErrNotFound
@@ -244,6 +255,7 @@ type SampleInput struct {
 
 // SampleTasks returns N tasks of a pool in an order fixed by the seed.
 func (a *Activities) SampleTasks(ctx context.Context, in SampleInput) ([]task.Ref, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	p, err := task.LoadPool(ctx, a.Store, in.Pool)
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errs.BadInputf("pool %q does not exist (import or synthesize tasks into it first)", in.Pool)

@@ -32,7 +32,7 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 	}
 	workflow.UpsertTypedSearchAttributes(ctx, ids.CampaignID.ValueSet(in.RunID), ids.Stage.ValueSet("audit"), ids.TaskID.ValueSet(in.Task.ID))
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute,
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
 			NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
 		Summary: "static checks of " + in.Task.Name,
@@ -73,7 +73,7 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 	// The optional judge model reads the instruction and tests meanwhile (v1).
 	var judged workflow.Future
 	if in.Config.JudgeEndpoint != "" && workflow.GetVersion(ctx, "audit-judge-model", workflow.DefaultVersion, 1) >= 1 {
-		jctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{TaskQueue: ids.ControlQueue, StartToCloseTimeout: 6 * time.Minute,
+		jctx := workflow.WithActivityOptions(actx, workflow.ActivityOptions{TaskQueue: ids.ControlQueue, StartToCloseTimeout: 6 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
 			RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5, NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
 			Summary:     "judge model on " + in.Task.Name})
 		judged = workflow.ExecuteActivity(jctx, act.AuditJudge, activities.AuditJudgeInput{Task: in.Task, Config: in.Config})
@@ -188,7 +188,7 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 		return AuditSweepResult{}, err
 	}
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: time.Minute,
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
 			NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
 	})

@@ -22,7 +22,7 @@ import (
 
 func (c *campaignRun) controlCtx(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10,
 			NonRetryableErrorTypes: []string{errs.BadInput, errs.TaskInvalid}},
 		Summary: summary,

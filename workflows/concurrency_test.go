@@ -84,16 +84,22 @@ func checkWindow(t *testing.T, w *window, at35, at95 int) {
 	}
 }
 
-// An operator's set_concurrency update on a running eval sweep widens and
-// narrows its window; its progress query and the update's answer show the
-// width; 0 is rejected.
-func TestSetConcurrencyReachesARunningEvalSweep(t *testing.T) {
+// sweepEnv runs an eval sweep on the sweep fakes, its stores answered.
+func sweepEnv() *testsuite.TestWorkflowEnvironment {
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterActivity(&activities.Activities{})
 	Register(env)
 	registerSweepFakes(env)
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
+	return env
+}
+
+// An operator's set_concurrency update on a running eval sweep widens and
+// narrows its window; its progress query and the update's answer show the
+// width; 0 is rejected.
+func TestSetConcurrencyReachesARunningEvalSweep(t *testing.T) {
+	env := sweepEnv()
 	w := watchRollouts(env, env.Now())
 	update := func(after time.Duration, n int, rejected bool) {
 		env.RegisterDelayedCallback(func() {
@@ -200,12 +206,7 @@ func TestCampaignSetConcurrencyReachesItsRunningStep(t *testing.T) {
 func TestEvalSweepFlushesResultsAsTheyPileUp(t *testing.T) {
 	defer func(n int) { FlushEvery = n }(FlushEvery)
 	FlushEvery = 2
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestWorkflowEnvironment()
-	env.RegisterActivity(&activities.Activities{})
-	Register(env)
-	registerSweepFakes(env)
-	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
+	env := sweepEnv()
 	watchRollouts(env, env.Now())
 	env.ExecuteWorkflow(EvalSweepWorkflow, EvalSweepInput{SweepID: "flush", Tasks: eightTasks(), Agent: activities.AgentSpec{Kind: activities.AgentOracle}, Concurrency: 2})
 	if err := env.GetWorkflowError(); err != nil {

@@ -43,7 +43,7 @@ func ReaperWorkflow(ctx workflow.Context, in ReaperInput) (activities.ReapResult
 		after = DefaultReaperRetireAfterSec
 	}
 	rctx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: time.Minute,
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: time.Minute, HeartbeatTimeout: ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{MaximumAttempts: 3}, Summary: "retire " + in.Host + " if gone for good",
 	})
 	var r activities.RetireResult

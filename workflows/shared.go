@@ -39,11 +39,18 @@ func execute[R any](ctx workflow.Context, w workflowRun[R]) (R, error) {
 	return w.run(ctx)
 }
 
+// ControlHeartbeat is the heartbeat timeout of the control queue's
+// activities, which heartbeat while they run: an attempt lost with its
+// worker (killed, or its completion lost across a server restart) is
+// retried after this long, not at its start-to-close timeout.
+const ControlHeartbeat = 30 * time.Second
+
 // storeJSON writes a workflow's artifact (a record or report) to the store.
 func storeJSON(ctx workflow.Context, summary, key string, value any) workflow.Future {
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           ids.ControlQueue,
 		StartToCloseTimeout: time.Minute,
+		HeartbeatTimeout:    ControlHeartbeat,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
 		Summary:             summary,
 	})

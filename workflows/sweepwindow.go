@@ -171,6 +171,7 @@ func sweepActivityCtx(ctx workflow.Context, summary string) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           ids.ControlQueue,
 		StartToCloseTimeout: 10 * time.Minute,
+		HeartbeatTimeout:    ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
 			NonRetryableErrorTypes: []string{errs.BadInput}},
 		Summary: summary,

@@ -141,7 +141,7 @@ func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, 
 		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute,
 		// A worker killed mid-call is noticed in 30 s, not at the 10-minute
 		// start-to-close: the activity heartbeats while it works.
-		HeartbeatTimeout: 30 * time.Second,
+		HeartbeatTimeout: ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
 			NonRetryableErrorTypes: []string{errs.SynthesisRejected, errs.BadInput, errs.TaskInvalid}},
 		Summary: fmt.Sprintf("synthesize round %d variation %d", round, v+1),
@@ -307,7 +307,7 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 	}
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Name < tasks[j].Name })
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute,
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
 	})
 	if len(tasks) > 0 {

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/workflows"
 )
@@ -55,6 +57,7 @@ func LatestResults(ctx context.Context, st store.Store, sweepID string, round in
 // result's error type is in in.ErrorTypes; the other results are kept
 // (stored at EvalResumeKeptKey).
 func (a *Activities) PlanEvalResume(ctx context.Context, in workflows.ResumePlanInput) (workflows.ResumePlan, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	if err := workflows.CheckErrorTypes(in.ErrorTypes); err != nil {
 		return workflows.ResumePlan{}, errs.BadInputf("resume %s: %v", in.SweepID, err)
 	}
@@ -104,6 +107,7 @@ func (a *Activities) PlanEvalResume(ctx context.Context, in workflows.ResumePlan
 // BuildResumeReport stores the report over the kept results and the
 // reruns' at EvalResumeReportKey, checking each rollout is there once.
 func (a *Activities) BuildResumeReport(ctx context.Context, in workflows.ResumeReportInput) (workflows.EvalSweepResult, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	var kept, reruns []workflows.RolloutResult
 	for _, p := range []struct {
 		ref  store.Ref

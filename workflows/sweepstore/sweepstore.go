@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -22,6 +23,7 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/errs"
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/workflows"
@@ -44,6 +46,7 @@ const manifestCacheSize = 4
 // SweepTaskPage returns tasks [Offset, Offset+Limit) of a manifest and its
 // size. A missing, empty or malformed manifest is BadInput naming it.
 func (a *Activities) SweepTaskPage(ctx context.Context, in workflows.TaskPageInput) (workflows.TaskPage, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	if in.Offset < 0 || in.Limit < 1 {
 		return workflows.TaskPage{}, errs.BadInputf("task page: offset %d, limit %d", in.Offset, in.Limit)
 	}
@@ -120,6 +123,8 @@ func checkManifest(ref store.Ref, tasks []task.Ref) error {
 // BuildEvalReport reads a sweep's result chunks, checks that every rollout
 // is there once, and stores the report (sorted by task name and attempt).
 func (a *Activities) BuildEvalReport(ctx context.Context, in workflows.EvalReportInput) (workflows.EvalSweepResult, error) {
+	var read atomic.Int64 // chunks read: the heartbeat's details
+	defer heartbeat.Every(ctx, 5*time.Second, func(context.Context) any { return read.Load() })()
 	var rs []workflows.RolloutResult
 	for n := 0; n < in.Chunks; n++ {
 		key := workflows.ResultChunkKey(in.SweepID, n)
@@ -132,7 +137,7 @@ func (a *Activities) BuildEvalReport(ctx context.Context, in workflows.EvalRepor
 			return workflows.EvalSweepResult{}, errs.Infraf("eval report %s: %v", in.SweepID, err)
 		}
 		rs = append(rs, chunk...)
-		activity.RecordHeartbeat(ctx, n)
+		read.Store(int64(n + 1))
 	}
 	if err := exactlyOnce(in, rs); err != nil {
 		return workflows.EvalSweepResult{}, err
@@ -189,6 +194,7 @@ func inconsistent(format string, args ...any) error {
 // BuildRolloutRecord reads the record's turns from the store and stores the
 // whole record at in.Key.
 func (a *Activities) BuildRolloutRecord(ctx context.Context, in workflows.RolloutRecordInput) (store.Ref, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	rec := in.Record
 	rec.Turns = make([]activities.TurnResult, 0, in.Turns)
 	for turn := 0; turn < in.Turns; turn++ {
@@ -216,6 +222,7 @@ func (a *Activities) BuildRolloutRecord(ctx context.Context, in workflows.Rollou
 // of waiting for it forever. A workflow this Temporal does not know (past
 // its retention) is left out: the sweep keeps waiting and says so.
 func (a *Activities) ClosedRollouts(ctx context.Context, wids []string) ([]workflows.ClosedRollout, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	if a.Temporal == nil {
 		return nil, errs.Infraf("closed rollouts: this control worker has no Temporal client")
 	}
