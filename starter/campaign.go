@@ -209,6 +209,9 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 		fmt.Fprintf(w, "  in flight: %s\n", s.InFlight)
 	}
 	fmt.Fprintf(w, "  aborted %d, failed %d, stale %d rollouts left out of training\n", s.Aborted, s.Failed, s.Stale)
+	if s.Refused > 0 {
+		fmt.Fprintf(w, "  %d rollouts that would have trained were in batches a step refused (partial batch, reward collapse)\n", s.Refused)
+	}
 	if s.Carried+s.CarriedDropped > 0 {
 		fmt.Fprintf(w, "  oversampling: %d rollouts carried to the next step, %d carried rollouts cancelled with a failed step\n", s.Carried, s.CarriedDropped)
 	}

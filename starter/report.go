@@ -173,7 +173,7 @@ func metric(m map[string]any, k string) float64 {
 
 func reportNumbers(rep workflows.CampaignReportData) ReportNumbers {
 	n := ReportNumbers{Campaign: rep.Config.Name, ColdEV: rep.State.ColdEV, WarmEV: rep.State.WarmEV, WarmCeiling: rep.State.WarmCeiling, WarmupGate: rep.State.WarmupGate,
-		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale}, Retention: rep.State.Retention,
+		Excluded: map[string]int{"aborted": rep.State.Aborted, "failed": rep.State.Failed, "stale": rep.State.Stale, "refused": rep.State.Refused}, Retention: rep.State.Retention,
 		Timing: ppoTiming(rep.State), Oversample: oversampleNumbers(rep)}
 	for _, s := range rep.State.Steps {
 		n.Steps = append(n.Steps, s.Step)
@@ -215,8 +215,8 @@ func renderHTML(rep workflows.CampaignReportData, n ReportNumbers) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "<!doctype html><meta charset=utf-8><title>t1flow campaign %s</title>", html.EscapeString(n.Campaign))
 	b.WriteString(`<style>body{font-family:sans-serif;max-width:960px;margin:2em auto}figure{display:inline-block;margin:8px}table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px}</style>`)
-	fmt.Fprintf(&b, "<h1>Campaign %s</h1><p>%d PPO steps; critic EV cold %s, warm %s; left out of training: %d aborted, %d failed, %d stale; tampered (trained on at reward 0): %d.</p>",
-		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"], n.Tampered)
+	fmt.Fprintf(&b, "<h1>Campaign %s</h1><p>%d PPO steps; critic EV cold %s, warm %s; left out of training: %d aborted, %d failed, %d stale, %d in batches a step refused; tampered (trained on at reward 0): %d.</p>",
+		html.EscapeString(n.Campaign), len(n.Steps), fmtEV(n.ColdEV), fmtEV(n.WarmEV), n.Excluded["aborted"], n.Excluded["failed"], n.Excluded["stale"], n.Excluded["refused"], n.Tampered)
 	if n.WarmupGate != "" {
 		fmt.Fprintf(&b, "<p>Critic warm-up gate: %s.</p>", html.EscapeString(n.WarmupGate))
 	}

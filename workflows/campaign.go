@@ -47,9 +47,12 @@ type CampaignState struct {
 	Aborted       int              `json:"aborted"`
 	Failed        int              `json:"failed"`
 	Stale         int              `json:"stale"`
-	Paused        bool             `json:"paused"`
-	Concurrency   int              `json:"concurrency"`
-	Runs          int              `json:"runs"` // workflow runs so far (continue-as-new)
+	// Refused: rollouts that would have trained, in batches a step refused
+	// (PartialBatch, RewardCollapse): the step trained on none of its batch.
+	Refused     int  `json:"refused,omitempty"`
+	Paused      bool `json:"paused"`
+	Concurrency int  `json:"concurrency"`
+	Runs        int  `json:"runs"` // workflow runs so far (continue-as-new)
 	// Failure is the failed stage the campaign is paused on, waiting for
 	// retry, skip or cancel (campaign_pause.go).
 	Failure *StageFailure  `json:"failure,omitempty"`
@@ -110,6 +113,7 @@ type CampaignStatus struct {
 	Aborted       int          `json:"aborted"`
 	Failed        int          `json:"failed"`
 	Stale         int          `json:"stale"`
+	Refused       int          `json:"refused,omitempty"` // CampaignState.Refused
 	ColdEV        *float64     `json:"cold_ev,omitempty"`
 	WarmEV        *float64     `json:"warm_ev,omitempty"`
 	WarmCeiling   *float64     `json:"warm_ceiling_ev,omitempty"`
@@ -223,7 +227,7 @@ func (c *campaignRun) setPaused(paused bool) func(workflow.Context) (CampaignSta
 func (c *campaignRun) status() CampaignStatus {
 	s := CampaignStatus{Name: c.cfg.Name, Phase: c.st.Phase, Step: c.st.Step, Steps: c.cfg.PPO.Steps, Paused: c.st.Paused,
 		Concurrency: c.st.Concurrency, WeightVersion: c.st.WeightVersion, InFlight: c.inFlight, Aborted: c.st.Aborted,
-		Failed: c.st.Failed, Stale: c.st.Stale, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, WarmCeiling: c.st.WarmCeiling, Recent: []StepRecord{}, Evals: []string{},
+		Failed: c.st.Failed, Stale: c.st.Stale, Refused: c.st.Refused, ColdEV: c.st.ColdEV, WarmEV: c.st.WarmEV, WarmCeiling: c.st.WarmCeiling, Recent: []StepRecord{}, Evals: []string{},
 		Epoch: c.st.Epoch, Inference: c.st.URLs, Failure: c.st.Failure, Retries: c.st.Retries, Skipped: c.st.Skipped, Resumes: c.st.Resumes,
 		Carried: len(c.st.Carried), CarriedDropped: c.st.CarriedDropped}
 	if c.st.Checkpoint != nil {

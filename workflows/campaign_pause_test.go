@@ -245,7 +245,7 @@ func TestCampaignPausesOnARewardCollapse(t *testing.T) {
 		}
 		if in.RewardFloor > 0 && reward[in.Step] < in.RewardFloor {
 			return StepRecord{}, temporal.NewNonRetryableApplicationError("under the floor", errs.RewardCollapse, nil,
-				[]CarriedRollout(nil), RefusedBatch{Rollouts: 3, Stale: 1})
+				[]CarriedRollout(nil), RefusedBatch{Rollouts: 3, Stale: 1, Trained: 2})
 		}
 		return StepRecord{Step: in.Step, Trained: 1, Rollouts: 1, RewardMean: reward[in.Step]}, nil
 	})
@@ -293,5 +293,10 @@ func TestCampaignPausesOnARewardCollapse(t *testing.T) {
 	// The refused batches' rollouts count in the totals (the trained steps had none left out).
 	if st := res.State; st.Aborted != 1 || st.Failed != 1 || st.Stale != 1 {
 		t.Errorf("totals: aborted %d, failed %d, stale %d; want the refused batches' 1, 1, 1", st.Aborted, st.Failed, st.Stale)
+	}
+	// What the refused batches would have trained on counts once, not again
+	// when the retried step trains its own batch.
+	if st := res.State; st.Refused != 2 || partial.Refused != 0 || collapse.Refused != 2 {
+		t.Errorf("refused: %d at the end, %d at the first pause, %d at the second; want 2, 0, 2 (the collapsed batch's)", st.Refused, partial.Refused, collapse.Refused)
 	}
 }

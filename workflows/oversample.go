@@ -325,20 +325,24 @@ func carriedOf(err error) []CarriedRollout {
 // RefusedBatch is a refused batch's second error detail (PartialBatch,
 // RewardCollapse; the first is what it would have carried on): its
 // rollouts' counts, which the campaign adds to its totals as it does a
-// trained step's. A step from before it sends none: zero.
+// trained step's; Trained is those the step would have trained on
+// (CampaignState.Refused). A step from before it sends none: zero, and one
+// from before Trained sends no Trained.
 type RefusedBatch struct {
 	Rollouts int `json:"rollouts"`
 	Aborted  int `json:"aborted"`
 	Failed   int `json:"failed"`
 	Stale    int `json:"stale"`
+	Trained  int `json:"trained,omitempty"`
 }
 
 func refused(rec StepRecord) RefusedBatch {
-	return RefusedBatch{Rollouts: rec.Rollouts, Aborted: rec.Aborted, Failed: rec.Failed, Stale: rec.Stale}
+	return RefusedBatch{Rollouts: rec.Rollouts, Aborted: rec.Aborted, Failed: rec.Failed, Stale: rec.Stale, Trained: rec.Trained}
 }
 
 // countRefused adds a refused batch's aborted, failed and stale rollouts to
-// the campaign's totals: they happened, whatever the operator decides next.
+// the campaign's totals, and those it would have trained on to Refused:
+// they happened, whatever the operator decides next.
 // Any other outcome of a step (nil, cancelled, another failure) adds nothing
 // (false).
 func (c *campaignRun) countRefused(err error) bool {
@@ -350,6 +354,7 @@ func (c *campaignRun) countRefused(err error) bool {
 		return false
 	}
 	c.excluded(r.Aborted, r.Failed, r.Stale)
+	c.st.Refused += r.Trained
 	return true
 }
 

@@ -179,8 +179,8 @@ func TestPPOStepLeavesOutAbortsAtTheDeadlineAndFails(t *testing.T) {
 	var ae *temporal.ApplicationError
 	var carried []CarriedRollout
 	var got RefusedBatch
-	if !errors.As(err, &ae) || ae.Details(&carried, &got) != nil || got != (RefusedBatch{Rollouts: 2, Aborted: 1}) {
-		t.Fatalf("the refused batch's counts: %+v, want 2 rollouts, 1 aborted", got)
+	if !errors.As(err, &ae) || ae.Details(&carried, &got) != nil || got != (RefusedBatch{Rollouts: 2, Aborted: 1, Trained: 1}) {
+		t.Fatalf("the refused batch's counts: %+v, want 2 rollouts, 1 aborted, 1 it would have trained", got)
 	}
 }
 
