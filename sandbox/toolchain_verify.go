@@ -106,8 +106,9 @@ const ToolchainReady = "t1flow-verifier-ready"
 // group and supplementary groups (by the sandbox's /etc/passwd and
 // /etc/group; a bare UID with no entry gets group 0 and none), and the
 // verifier's places (emptied and made afresh just before) are given to it.
-// A user the sandbox does not know ends the run after the ready line with
-// exit 4 and says so on stderr: no results, so a VerifierError that names it.
+// A user or a named group the sandbox does not know ends the run after the
+// ready line with exit 4 and says so on stderr, naming verifier.user: no
+// results, so a VerifierError that names it (not chown's "invalid group").
 func ToolchainRunCmd(verifierDir, stage, workDir, user string, verify []string) []string {
 	if workDir == "" {
 		workDir = "/"
@@ -122,6 +123,8 @@ func ToolchainRunCmd(verifierDir, stage, workDir, user string, verify []string) 
 		`if id -u -- "$n" >/dev/null 2>&1; then gs=--init-groups; [ -n "$g" ] || g=$(id -g -- "$n"); ` +
 		`elif [[ $n =~ ^[0-9]+$ ]]; then gs=--clear-groups; [ -n "$g" ] || g=0; ` +
 		`else echo "t1flow: the verifier's user $n (verifier.user, else the image's USER) is not in the sandbox's /etc/passwd: tests/test.sh did not run" >&2; exit 4; fi; ` +
+		`if ! [[ $g =~ ^[0-9]+$ ]] && ! gawk -F: -v g="$g" '$1 == g { f = 1 } END { exit !f }' /etc/group; then ` +
+		`echo "t1flow: the verifier's group $g (verifier.user, else the image's USER) is not in the sandbox's /etc/group: tests/test.sh did not run" >&2; exit 4; fi; ` +
 		`chown -- "$n:$g" ` + places + ` || exit 1; ` +
 		`set -- setpriv --reuid="$n" --regid="$g" "$gs" -- "$@"; fi; ` +
 		`exec "$@" ` + strconv.Itoa(ToolchainChannelFD) + `>&1 >&2`

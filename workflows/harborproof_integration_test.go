@@ -207,7 +207,7 @@ func TestAgentUserProcessesDieBeforeVerification(t *testing.T) {
 func verifierUserVariant(t *testing.T, user string) string {
 	t.Helper()
 	src := filepath.Join(testenv.RepoRoot(), "examples/harbor-proof/users-and-workdir")
-	dir := filepath.Join(t.TempDir(), "verifier-user-"+user)
+	dir := filepath.Join(t.TempDir(), "verifier-user-"+strings.ReplaceAll(user, ":", "-"))
 	if err := os.CopyFS(dir, os.DirFS(src)); err != nil {
 		t.Fatal(err)
 	}
@@ -225,18 +225,32 @@ func verifierUserVariant(t *testing.T, user string) string {
 	return dir
 }
 
-// TestUnknownVerifierUserIsVerifierError: a verifier.user the sandbox's
-// /etc/passwd does not know is not a reward of 0: test.sh never runs and the
-// rollout is unscored (verifier_error), saying which user.
+// TestUnknownVerifierUserIsVerifierError: a verifier.user whose user the
+// sandbox's /etc/passwd, or whose named group its /etc/group, does not know
+// is not a reward of 0: test.sh never runs and the rollout is unscored
+// (verifier_error), saying which user or group (not chown's "invalid
+// group"). A named group it knows runs test.sh as that user.
 func TestUnknownVerifierUserIsVerifierError(t *testing.T) {
 	r := newRig(t, true)
-	refs := r.load(t, filepath.Dir(verifierUserVariant(t, "nosuchgrader")))
-	rep := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: activities.AgentSpec{Kind: activities.AgentOracle}}), 10*time.Minute)
-	if len(rep.Rollouts) != 1 {
-		t.Fatalf("%d rollouts, want 1", len(rep.Rollouts))
-	}
-	ro := rep.Rollouts[0]
-	if ro.Outcome != workflows.OutcomeVerifierError || ro.Scored || !strings.Contains(ro.Error, "nosuchgrader") || !strings.Contains(ro.Error, "is not in the sandbox's /etc/passwd") {
-		t.Errorf("verifier.user nosuchgrader: %s (scored %v): %s", ro.Outcome, ro.Scored, ro.Error)
+	for _, c := range []struct{ user, want string }{
+		{"nosuchgrader", "nosuchgrader (verifier.user, else the image's USER) is not in the sandbox's /etc/passwd"},
+		{"grader:nosuchgroup", "nosuchgroup (verifier.user, else the image's USER) is not in the sandbox's /etc/group"},
+		{"grader:grader", ""},
+	} {
+		refs := r.load(t, filepath.Dir(verifierUserVariant(t, c.user)))
+		rep := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: refs, Agent: activities.AgentSpec{Kind: activities.AgentOracle}}), 10*time.Minute)
+		if len(rep.Rollouts) != 1 {
+			t.Fatalf("%s: %d rollouts, want 1", c.user, len(rep.Rollouts))
+		}
+		ro := rep.Rollouts[0]
+		if c.want == "" {
+			if !ro.Scored || ro.HarborRewards["verifier_user"] != 1 {
+				t.Errorf("verifier.user %s: %s (scored %v), rewards %v: want test.sh run as grader (%s)", c.user, ro.Outcome, ro.Scored, ro.HarborRewards, ro.Error)
+			}
+			continue
+		}
+		if ro.Outcome != workflows.OutcomeVerifierError || ro.Scored || !strings.Contains(ro.Error, c.want) {
+			t.Errorf("verifier.user %s: %s (scored %v): %s", c.user, ro.Outcome, ro.Scored, ro.Error)
+		}
 	}
 }
