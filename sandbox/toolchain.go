@@ -217,6 +217,9 @@ func EnsureToolchain(ctx context.Context, cli *client.Client, baseImage, stateDi
 	if err := toolchainBuild(ctx, cli, baseImage, tmp); err != nil {
 		return tc, fmt.Errorf("verifier toolchain %s: %w", tc.Hash, err)
 	}
+	if err := readableByAll(filepath.Join(tmp, "out")); err != nil {
+		return tc, fmt.Errorf("verifier toolchain %s: %w", tc.Hash, err)
+	}
 	if err := os.WriteFile(filepath.Join(tmp, "out", ".ready"), []byte(baseImage+"\n"), 0o444); err != nil {
 		return tc, err
 	}
@@ -227,6 +230,35 @@ func EnsureToolchain(ctx context.Context, cli *client.Client, baseImage, stateDi
 	tc.Built, tc.BuildTime = true, time.Since(start)
 	tc.SizeBytes = toolchainDirSize(tc.Dir)
 	return tc, nil
+}
+
+// readableByAll opens the tree at dir to every user whatever the worker's
+// umask (077 would leave it to root): each directory a+rx, each file a+r,
+// and a+x where anyone may run it. A non-root verifier.user runs the
+// toolchain's bash and Python.
+func readableByAll(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		m := info.Mode().Perm()
+		switch {
+		case d.IsDir():
+			m |= 0o555
+		case m&0o111 != 0:
+			m |= 0o555
+		default:
+			m |= 0o444
+		}
+		if m == info.Mode().Perm() {
+			return nil
+		}
+		return os.Chmod(p, m)
+	})
 }
 
 func toolchainReady(dir string) bool {
