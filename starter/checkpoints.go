@@ -253,7 +253,7 @@ func warnNoWorker(ctx context.Context, c client.Client, queue, role string, w io
 
 // startCheckpointEval starts (or finds) the sweep over checkpoints and, when
 // asked, waits and prints the comparison.
-func startCheckpointEval(ctx context.Context, c client.Client, in workflows.CheckpointEvalInput, wait, asJSON bool, stdout, stderr io.Writer) error {
+func startCheckpointEval(ctx context.Context, c client.Client, in workflows.CheckpointEvalInput, n int, wait, asJSON bool, stdout, stderr io.Writer) error {
 	wid := ids.CheckpointEvalWorkflowID(in.SweepID)
 	labels := make([]string, len(in.Checkpoints))
 	for i, ck := range in.Checkpoints {
@@ -261,14 +261,14 @@ func startCheckpointEval(ctx context.Context, c client.Client, in workflows.Chec
 	}
 	run, existing, err := startOrFind(ctx, c, wid, client.StartWorkflowOptions{
 		ID: wid, TaskQueue: ids.ControlQueue,
-		StaticSummary: fmt.Sprintf("eval %d tasks at checkpoints %s", len(in.Eval.Tasks), strings.Join(labels, ", ")),
+		StaticSummary: fmt.Sprintf("eval %d tasks at checkpoints %s", n, strings.Join(labels, ", ")),
 	}, workflows.CheckpointEvalWorkflow, in)
 	if err != nil {
 		return fmt.Errorf("start checkpoint eval: %w", err)
 	}
 	warnNoWorker(ctx, c, ids.GPUQueue, "gpu", stderr)
 	announce(infoOut(asJSON, stdout, stderr), wid, existing, fmt.Sprintf("found existing checkpoint eval %s (use --new for another)", wid),
-		fmt.Sprintf("checkpoint eval %s: %d tasks × %d attempts at %d checkpoints", wid, len(in.Eval.Tasks), in.Eval.Attempts, len(in.Checkpoints)))
+		fmt.Sprintf("checkpoint eval %s: %d tasks × %d attempts at %d checkpoints", wid, n, in.Eval.Attempts, len(in.Checkpoints)))
 	if !wait && !asJSON {
 		return nil
 	}

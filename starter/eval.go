@@ -23,6 +23,7 @@ import (
 	"github.com/t1flow/t1flow/internal/config"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
+	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/workflows"
 	"github.com/t1flow/t1flow/workflows/sweepstore"
 )
@@ -190,26 +191,50 @@ func eval(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if in.SweepID == "" {
 		in.SweepID = freshID(sweepID(in, cks), f.fresh)
 	}
+	if in.TaskManifest, err = largeManifest(ctx, st, "evals/"+ids.Clean(in.SweepID)+"/tasks.json", in.SweepID, &in.Tasks); err != nil {
+		return err
+	}
 	if len(cks) > 0 {
 		return startCheckpointEval(ctx, c, workflows.CheckpointEvalInput{SweepID: in.SweepID, Checkpoints: cks, Eval: in, Trainer: trainer},
-			f.wait, f.asJSON, stdout, stderr)
+			len(refs), f.wait, f.asJSON, stdout, stderr)
 	}
-	return runSweep(ctx, c, st, in, f, stdout, stderr)
+	return runSweep(ctx, c, st, in, len(refs), f, stdout, stderr)
+}
+
+// InlineTaskLimit is the most tasks a sweep's start request carries inline.
+// A task ref is about 300 bytes of JSON and Temporal refuses a payload over
+// 2 MB (its default blob limit), so a larger task set goes to the store as a
+// manifest (a task.Pool, the sweep's task_manifest), which the sweep reads a
+// page at a time.
+var InlineTaskLimit = 1000
+
+// largeManifest stores *tasks as the manifest at key when there are more than
+// InlineTaskLimit, and then empties *tasks; nil when they stay inline.
+func largeManifest(ctx context.Context, st store.Store, key, name string, tasks *[]task.Ref) (*store.Ref, error) {
+	if len(*tasks) <= InlineTaskLimit {
+		return nil, nil
+	}
+	ref, err := store.PutJSON(ctx, st, key, task.Pool{Name: name, Tasks: *tasks})
+	if err != nil {
+		return nil, fmt.Errorf("store the task manifest %s: %w", key, err)
+	}
+	*tasks = nil
+	return &ref, nil
 }
 
 // runSweep starts (or finds) one sweep and, when asked, waits and prints it.
-func runSweep(ctx context.Context, c client.Client, st store.Store, in workflows.EvalSweepInput, f *evalFlags, stdout, stderr io.Writer) error {
+func runSweep(ctx context.Context, c client.Client, st store.Store, in workflows.EvalSweepInput, n int, f *evalFlags, stdout, stderr io.Writer) error {
 	wid := ids.EvalSweepWorkflowID(in.SweepID)
 	run, existing, err := startOrFind(ctx, c, wid, client.StartWorkflowOptions{
 		ID:            wid,
 		TaskQueue:     ids.ControlQueue,
-		StaticSummary: fmt.Sprintf("eval %d tasks × %d, agent %s", len(in.Tasks), f.attempts, f.agent),
+		StaticSummary: fmt.Sprintf("eval %d tasks × %d, agent %s", n, f.attempts, f.agent),
 	}, workflows.EvalSweepWorkflow, in)
 	if err != nil {
 		return fmt.Errorf("start eval sweep: %w", err)
 	}
 	announce(infoOut(f.asJSON, stdout, stderr), wid, existing, fmt.Sprintf("found existing sweep %s (use --new for another)", wid),
-		fmt.Sprintf("eval sweep %s: %d tasks × %d attempts, agent %s", wid, len(in.Tasks), f.attempts, f.agent))
+		fmt.Sprintf("eval sweep %s: %d tasks × %d attempts, agent %s", wid, n, f.attempts, f.agent))
 	if !f.wait && !f.asJSON {
 		return nil
 	}

@@ -4,19 +4,23 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/gpu"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/worker/roles"
+	"github.com/t1flow/t1flow/workflows"
 )
 
 func TestMain(m *testing.M) {
@@ -269,4 +273,59 @@ func TestSynthAndAuditCommands(t *testing.T) {
 	if code != 2 || err == nil {
 		t.Errorf("missing pool: %d %v", code, err)
 	}
+}
+
+// A task set over InlineTaskLimit goes to the sweep as a stored manifest,
+// not inline in its start request (which Temporal refuses past 2 MB, about
+// 7000 tasks), and the sweep runs every task of it.
+func TestEvalOfManyTasksGoesByManifest(t *testing.T) {
+	defer func(n int) { InlineTaskLimit = n }(InlineTaskLimit)
+	InlineTaskLimit = 1
+	srv, c := testenv.DevServer(t)
+	d := testenv.Docker(t)
+	dir := t.TempDir()
+	st, _ := store.NewLocal(dir)
+	testenv.Worker(t, c, roles.All, &activities.Activities{Docker: d, Store: st, Temporal: c, Host: testenv.HostName("manifest"), TaskCache: t.TempDir()})
+	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
+	t.Setenv("T1FLOW_STORE", dir)
+	tasks := t.TempDir()
+	for _, name := range []string{"log-level-counter", "stale-cache-cleanup"} {
+		copyTask(t, "../examples/tasks/"+name, filepath.Join(tasks, name))
+	}
+	code, out, stderr, err := starter(t, "eval", "--tasks", tasks, "--agent", "oracle", "--json", "--new")
+	if code != 0 || err != nil {
+		t.Fatalf("eval: %d %v\n%s", code, err, stderr)
+	}
+	var doc struct {
+		WorkflowID string `json:"workflow_id"`
+		Tasks      []struct {
+			Name     string `json:"name"`
+			Resolved bool   `json:"resolved"`
+		} `json:"tasks"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil || len(doc.Tasks) != 2 || !doc.Tasks[0].Resolved || !doc.Tasks[1].Resolved {
+		t.Fatalf("eval of 2 tasks by manifest: %v\n%s", err, out)
+	}
+	var in workflows.EvalSweepInput
+	if err := startInput(t, c, doc.WorkflowID, &in); err != nil {
+		t.Fatal(err)
+	}
+	if len(in.Tasks) != 0 || in.TaskManifest == nil {
+		t.Errorf("the sweep started with %d tasks inline and manifest %v; want none inline, a manifest", len(in.Tasks), in.TaskManifest)
+	}
+}
+
+// startInput decodes the input a workflow was started with.
+func startInput(t *testing.T, c client.Client, wid string, v any) error {
+	t.Helper()
+	it := c.GetWorkflowHistory(context.Background(), wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	ev, err := it.Next()
+	if err != nil {
+		return err
+	}
+	p := ev.GetWorkflowExecutionStartedEventAttributes().GetInput().GetPayloads()
+	if len(p) != 1 {
+		return fmt.Errorf("%s: %d start payloads", wid, len(p))
+	}
+	return json.Unmarshal(p[0].GetData(), v)
 }
