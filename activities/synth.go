@@ -180,11 +180,56 @@ func (a *Activities) shingles(ctx context.Context, r task.Ref) (map[uint64]bool,
 // PoolSimilarity finds near duplicates within the pool (the later of a pair,
 // in name order, is the duplicate) and contamination against eval tasks.
 func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (map[string]audit.Similarity, error) {
+	return a.similarity(ctx, in.Tasks, in.Eval, in.Config)
+}
+
+// StoredSimilarityInput is PoolSimilarity over a stored task manifest (a
+// task.Pool), its answer stored at Key: an audit sweep of any size.
+type StoredSimilarityInput struct {
+	Manifest store.Ref    `json:"manifest"`
+	Eval     []task.Ref   `json:"eval"`
+	Config   audit.Config `json:"config"`
+	Key      string       `json:"key"`
+}
+
+// StoredSimilarity is where PoolSimilarityStored put its answer: task ID to
+// similarity, for the tasks with a near duplicate or contamination only.
+type StoredSimilarity struct {
+	Ref   store.Ref `json:"ref"`
+	Tasks int       `json:"tasks"` // in the manifest
+}
+
+// PoolSimilarityStored is PoolSimilarity for a sweep too large to pass its
+// tasks or the answer inline (Temporal's 2 MB payloads).
+func (a *Activities) PoolSimilarityStored(ctx context.Context, in StoredSimilarityInput) (StoredSimilarity, error) {
+	tasks, err := task.ReadManifest(ctx, a.Store, in.Manifest)
+	if err != nil {
+		return StoredSimilarity{}, err
+	}
+	sims, err := a.similarity(ctx, tasks, in.Eval, in.Config)
+	if err != nil {
+		return StoredSimilarity{}, err
+	}
+	for id, s := range sims {
+		if s == (audit.Similarity{}) {
+			delete(sims, id)
+		}
+	}
+	ref, err := store.PutJSON(ctx, a.Store, in.Key, sims)
+	if err != nil {
+		return StoredSimilarity{}, errs.Infraf("store %s: %v", in.Key, err)
+	}
+	return StoredSimilarity{Ref: ref, Tasks: len(tasks)}, nil
+}
+
+// similarity is each task's nearest earlier duplicate (in name order) and
+// its most contaminating eval task, by shingle overlap.
+func (a *Activities) similarity(ctx context.Context, in, eval []task.Ref, cfg audit.Config) (map[string]audit.Similarity, error) {
 	var read, compared atomic.Int64 // the heartbeat's details
 	defer heartbeat.Every(ctx, 5*time.Second, func(context.Context) any {
-		return fmt.Sprintf("%d of %d tasks read, %d compared", read.Load(), len(in.Tasks), compared.Load())
+		return fmt.Sprintf("%d of %d tasks read, %d compared", read.Load(), len(in), compared.Load())
 	})()
-	tasks := append([]task.Ref{}, in.Tasks...)
+	tasks := append([]task.Ref{}, in...)
 	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Name < tasks[j].Name })
 	sh := make([]map[uint64]bool, len(tasks))
 	for i, t := range tasks {
@@ -196,31 +241,30 @@ func (a *Activities) PoolSimilarity(ctx context.Context, in SimilarityInput) (ma
 		read.Store(int64(i + 1))
 	}
 	var evals []map[uint64]bool
-	for _, e := range in.Eval {
+	for _, e := range eval {
 		s, err := a.shingles(ctx, e)
 		if err != nil {
 			return nil, err
 		}
 		evals = append(evals, s)
 	}
-	out := map[string]audit.Similarity{}
+	dup, con, err := audit.Similarities(sh, evals, cfg.DuplicateJaccard, cfg.ContaminationShare, func(i int) error {
+		compared.Store(int64(i))
+		return ctx.Err() // a timed-out attempt stops comparing
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]audit.Similarity, len(tasks))
 	for i, t := range tasks {
-		if err := ctx.Err(); err != nil { // a timed-out attempt stops comparing
-			return nil, err
-		}
 		var sim audit.Similarity
-		for j := 0; j < i; j++ {
-			if x := audit.Jaccard(sh[i], sh[j]); x >= in.Config.DuplicateJaccard && x > sim.Duplicate {
-				sim.Duplicate, sim.DuplicateOf = x, tasks[j].Name
-			}
+		if d := dup[i]; d.Index >= 0 {
+			sim.Duplicate, sim.DuplicateOf = d.Score, tasks[d.Index].Name
 		}
-		for k, e := range evals {
-			if x := audit.Containment(sh[i], e); x >= in.Config.ContaminationShare && x > sim.Contamination {
-				sim.Contamination, sim.ContaminatedBy = x, in.Eval[k].Name
-			}
+		if c := con[i]; c.Index >= 0 {
+			sim.Contamination, sim.ContaminatedBy = c.Score, eval[c.Index].Name
 		}
 		out[t.ID] = sim
-		compared.Store(int64(i + 1))
 	}
 	return out, nil
 }

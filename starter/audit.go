@@ -13,6 +13,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/t1flow/t1flow/internal/audit"
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/workflows"
@@ -88,6 +89,9 @@ func auditCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	id := freshID(runID("audit", refIDs(tasks), refIDs(eval), f.cfg, f.keep), f.fresh)
 	in := workflows.AuditSweepInput{RunID: id, Tasks: tasks, Eval: eval, Config: f.cfg, Concurrency: f.concurrency, KeepPool: f.keep}
+	if in.TaskManifest, err = largeManifest(ctx, st, "audits/"+ids.Clean(id)+"/tasks.json", id, &in.Tasks); err != nil {
+		return err
+	}
 	l := launch{"auditsweep/" + id, fmt.Sprintf("audit %d tasks, keep into %q", len(tasks), f.keep), workflows.AuditSweepWorkflow, in}
 	return followRun(ctx, st, l, "tasks audited", f.asJSON, &auditRun{id: id, keep: f.keep}, stdout, stderr)
 }

@@ -126,12 +126,21 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 
 // AuditSweepInput audits a set of tasks and keeps the good ones.
 type AuditSweepInput struct {
-	RunID       string       `json:"run_id"`
-	Tasks       []task.Ref   `json:"tasks"`
-	Eval        []task.Ref   `json:"eval,omitempty"` // eval task sets to check contamination against
-	Config      audit.Config `json:"config"`
-	Concurrency int          `json:"concurrency"`
-	KeepPool    string       `json:"keep_pool,omitempty"`
+	RunID string     `json:"run_id"`
+	Tasks []task.Ref `json:"tasks"`
+	// TaskManifest is a stored task.Pool holding the tasks instead (give
+	// one of the two); inline tasks are moved to audits/<run>/tasks.json in
+	// the first run.
+	TaskManifest *store.Ref   `json:"task_manifest,omitempty"`
+	Eval         []task.Ref   `json:"eval,omitempty"` // eval task sets to check contamination against
+	Config       audit.Config `json:"config"`
+	Concurrency  int          `json:"concurrency"`
+	KeepPool     string       `json:"keep_pool,omitempty"`
+	// ContinueEvery is how many tasks a run audits before it continues as
+	// new (0: DefaultContinueEvery).
+	ContinueEvery int `json:"continue_every,omitempty"`
+	// Window is what a run hands the next; callers leave it nil.
+	Window *AuditWindow `json:"window,omitempty"`
 }
 
 // Distribution summarises one dimension's scores.
@@ -171,14 +180,22 @@ type AuditSweepResult struct {
 
 // AuditSweepWorkflow audits every task (bounded concurrency), after placing
 // each within the pool (near duplicates) and against eval sets
-// (contamination), then adds the kept tasks to the keep pool.
+// (contamination), then adds the kept tasks to the keep pool. Since
+// GetVersion audit-sweep-windowed it reads its tasks a page at a time from a
+// manifest, stores its verdicts in chunks and continues as new
+// (auditsweep.go): a sweep of any size. Histories from before replay the
+// one-run sweep below.
 func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepResult, error) {
-	if in.Config.KeepScore == 0 {
-		in.Config = audit.DefaultConfig()
+	if workflow.GetVersion(ctx, "audit-sweep-windowed", workflow.DefaultVersion, 1) == 1 {
+		return auditSweepWindowed(ctx, in)
 	}
-	if in.Concurrency <= 0 {
-		in.Concurrency = 2
-	}
+	return auditSweepInline(ctx, in)
+}
+
+// auditSweepInline is the sweep in one run: every task, similarity and
+// verdict in its input, history and memory (a few thousand tasks at most).
+func auditSweepInline(ctx workflow.Context, in AuditSweepInput) (AuditSweepResult, error) {
+	in.defaults()
 	if len(in.Tasks) == 0 {
 		return AuditSweepResult{}, temporal.NewNonRetryableApplicationError("audit: no tasks", errs.BadInput, nil)
 	}
@@ -187,19 +204,55 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 	if err := workflow.SetQueryHandler(ctx, QueryProgress, func() (Progress, error) { return prog, nil }); err != nil {
 		return AuditSweepResult{}, err
 	}
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
-			NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
-	})
+	actx := auditSweepCtx(ctx)
 	var sims map[string]audit.Similarity
 	if err := workflow.ExecuteActivity(actx, act.PoolSimilarity, activities.SimilarityInput{Tasks: in.Tasks, Eval: in.Eval, Config: in.Config}).Get(ctx, &sims); err != nil {
 		return AuditSweepResult{}, err
 	}
-	verdicts := make([]audit.Verdict, len(in.Tasks))
-	err := slidingWindow(ctx, len(in.Tasks), fixedConcurrency(in.Concurrency), &prog.Running,
+	verdicts, err := auditTasks(ctx, in, in.Tasks, sims, &prog)
+	if err != nil {
+		return AuditSweepResult{}, err
+	}
+	sum := SummarizeAudit(verdicts)
+	if keep := keptTasks(in.Tasks, verdicts); in.KeepPool != "" && len(keep) > 0 {
+		if err := workflow.ExecuteActivity(actx, act.ImportToPool, activities.ImportInput{Pool: in.KeepPool, Tasks: keep}).Get(ctx, &sum.AddedToPool); err != nil {
+			return AuditSweepResult{}, err
+		}
+	}
+	out := AuditSweepResult{Summary: sum}
+	err = workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
+		Key: AuditReportKey(in.RunID), Value: AuditReport{RunID: in.RunID, KeepPool: in.KeepPool, Config: in.Config, Summary: sum, Verdicts: verdicts},
+	}).Get(ctx, &out.Report)
+	workflow.SetCurrentDetails(ctx, fmt.Sprintf("kept %d of %d; hard rejects %v", sum.Kept, sum.Audited, sum.HardRejects))
+	return out, err
+}
+
+func (in *AuditSweepInput) defaults() {
+	if in.Config.KeepScore == 0 {
+		in.Config = audit.DefaultConfig()
+	}
+	if in.Concurrency <= 0 {
+		in.Concurrency = 2
+	}
+}
+
+// auditSweepCtx is how an audit sweep calls its activities.
+func auditSweepCtx(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5,
+			NonRetryableErrorTypes: []string{errs.TaskInvalid, errs.BadInput}},
+	})
+}
+
+// auditTasks audits tasks as child AuditWorkflows, at most in.Concurrency at
+// a time, and returns their verdicts in the tasks' order (a child that
+// failed is a verdict flagged audit_failed, not kept).
+func auditTasks(ctx workflow.Context, in AuditSweepInput, tasks []task.Ref, sims map[string]audit.Similarity, prog *Progress) ([]audit.Verdict, error) {
+	verdicts := make([]audit.Verdict, len(tasks))
+	err := slidingWindow(ctx, len(tasks), fixedConcurrency(in.Concurrency), &prog.Running,
 		func(i int) workflow.Future {
-			t := in.Tasks[i]
+			t := tasks[i]
 			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
 				WorkflowID: ids.AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name,
 			})
@@ -209,35 +262,29 @@ func AuditSweepWorkflow(ctx workflow.Context, in AuditSweepInput) (AuditSweepRes
 			prog.Done++
 			var v audit.Verdict
 			if err := f.Get(ctx, &v); err != nil {
-				v = audit.Verdict{Name: in.Tasks[i].Name, TaskID: in.Tasks[i].ID, HardRejects: []string{}, Flags: []string{"audit_failed: " + oneLine(err)}, Dimensions: map[string]float64{}}
+				v = audit.Verdict{Name: tasks[i].Name, TaskID: tasks[i].ID, HardRejects: []string{}, Flags: []string{"audit_failed: " + oneLine(err)}, Dimensions: map[string]float64{}}
 			}
 			if v.Kept {
 				prog.Resolved++
 			}
 			verdicts[i] = v
 		})
-	if err != nil {
-		return AuditSweepResult{}, err
-	}
-	sum := SummarizeAudit(verdicts)
+	return verdicts, err
+}
+
+// keptTasks are the tasks whose verdict kept them.
+func keptTasks(tasks []task.Ref, verdicts []audit.Verdict) []task.Ref {
 	var keep []task.Ref
 	for i, v := range verdicts {
 		if v.Kept {
-			keep = append(keep, in.Tasks[i])
+			keep = append(keep, tasks[i])
 		}
 	}
-	if in.KeepPool != "" && len(keep) > 0 {
-		if err := workflow.ExecuteActivity(actx, act.ImportToPool, activities.ImportInput{Pool: in.KeepPool, Tasks: keep}).Get(ctx, &sum.AddedToPool); err != nil {
-			return AuditSweepResult{}, err
-		}
-	}
-	out := AuditSweepResult{Summary: sum}
-	err = workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
-		Key: "audits/" + ids.Clean(in.RunID) + "/report.json", Value: AuditReport{RunID: in.RunID, KeepPool: in.KeepPool, Config: in.Config, Summary: sum, Verdicts: verdicts},
-	}).Get(ctx, &out.Report)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("kept %d of %d; hard rejects %v", sum.Kept, sum.Audited, sum.HardRejects))
-	return out, err
+	return keep
 }
+
+// AuditReportKey is where an audit sweep's report is stored.
+func AuditReportKey(run string) string { return "audits/" + ids.Clean(run) + "/report.json" }
 
 // SummarizeAudit aggregates verdicts.
 func SummarizeAudit(vs []audit.Verdict) AuditSummary {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 
@@ -37,14 +38,39 @@ func (r *rig) run(t *testing.T, wf any, id string, in any, out any, within time.
 	}
 }
 
+// The sweep reads its six tasks two to a page and continues as new after
+// four (audit-sweep-windowed): its verdicts, report and keep pool are the
+// same as in one run.
 func TestAuditCatchesEachHardRejectAndKeepsAGoodTask(t *testing.T) {
+	defer func(n int) { workflows.AuditPageSize = n }(workflows.AuditPageSize)
+	workflows.AuditPageSize = 2
 	r := newRig(t, true)
 	refs := r.load(t, "testdata/audit")
 	runID := fmt.Sprintf("audit-%d", time.Now().UnixNano())
+	ctx := context.Background()
+	run, err := r.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: "auditsweep/" + runID, TaskQueue: ids.ControlQueue}, workflows.AuditSweepWorkflow,
+		workflows.AuditSweepInput{RunID: runID, Tasks: refs, Concurrency: 2, KeepPool: "kept", ContinueEvery: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := run.GetRunID() // Get follows continue-as-new, and the run it ends on
+	wctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+	defer cancel()
 	var res workflows.AuditSweepResult
-	r.run(t, workflows.AuditSweepWorkflow, "auditsweep/"+runID, workflows.AuditSweepInput{
-		RunID: runID, Tasks: refs, Concurrency: 2, KeepPool: "kept",
-	}, &res, 15*time.Minute)
+	if err := run.Get(wctx, &res); err != nil {
+		t.Fatal(err)
+	}
+	if runs := continuedRuns(t, r.c, run.GetID(), first); runs != 2 {
+		t.Errorf("the sweep ran in %d runs, want 2 (continue_every 4 of 6 tasks)", runs)
+	}
+	recordRun(t, r.c, run.GetID(), first, "testdata/auditsweep_windowed.json")
+	recordHistory(t, r.c, run.GetID(), "testdata/auditsweep_windowed_after_continue.json")
+	for n := 0; n < 3; n++ {
+		var chunk []audit.Verdict
+		if ref, err := r.st.Lookup(ctx, workflows.AuditChunkKey(runID, n)); err != nil || store.GetJSON(ctx, r.st, ref, &chunk) != nil || len(chunk) != 2 {
+			t.Errorf("verdict chunk %d: %d verdicts (%v), want a page's 2", n, len(chunk), err)
+		}
+	}
 	var rep workflows.AuditReport
 	if err := store.GetJSON(context.Background(), r.st, res.Report, &rep); err != nil {
 		t.Fatal(err)
@@ -89,6 +115,24 @@ func TestAuditCatchesEachHardRejectAndKeepsAGoodTask(t *testing.T) {
 	p, err := task.LoadPool(context.Background(), r.st, "kept")
 	if err != nil || len(p.Tasks) != 2 || taskNames(p.Tasks) != "good-small-count,good-sum" {
 		t.Fatalf("keep pool: %+v %v", p, err)
+	}
+}
+
+// continuedRuns counts the runs of workflow id from run on, following
+// continue-as-new.
+func continuedRuns(t *testing.T, c client.Client, id, run string) int {
+	t.Helper()
+	for n := 1; ; n++ {
+		it := c.GetWorkflowHistory(context.Background(), id, run, false, enumspb.HISTORY_EVENT_FILTER_TYPE_CLOSE_EVENT)
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		next := ev.GetWorkflowExecutionContinuedAsNewEventAttributes().GetNewExecutionRunId()
+		if next == "" {
+			return n
+		}
+		run = next
 	}
 }
 

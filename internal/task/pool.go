@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"sort"
 
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 )
 
@@ -157,4 +158,40 @@ func Fetch(ctx context.Context, s store.Store, ref Ref, cacheDir string) (*Task,
 	}
 	t.Name = ref.Name
 	return t, nil
+}
+
+// ReadManifest reads a task manifest (a stored Pool, a sweep's
+// task_manifest) and checks it: at least one task, each with an ID and a
+// bundle, no ID twice (workflow IDs are made of it). A manifest missing,
+// corrupt or failing the check is a BadInput error naming it; a store that
+// cannot be read, an InfraError.
+func ReadManifest(ctx context.Context, st store.Store, ref store.Ref) ([]Ref, error) {
+	var p Pool
+	err := store.GetJSON(ctx, st, ref, &p)
+	var ce *store.ChecksumError
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return nil, errs.BadInputf("task_manifest %s: not in the store", ref.URI)
+	case errors.As(err, &ce):
+		return nil, errs.BadInputf("task_manifest: %v", err)
+	case err != nil:
+		return nil, errs.Infraf("task_manifest %s: %v", ref.URI, err)
+	}
+	if len(p.Tasks) == 0 {
+		return nil, errs.BadInputf("task_manifest %s: tasks is empty", ref.URI)
+	}
+	seen := make(map[string]int, len(p.Tasks))
+	for i, t := range p.Tasks {
+		switch {
+		case t.ID == "":
+			return nil, errs.BadInputf("task_manifest %s: tasks[%d].id is empty", ref.URI, i)
+		case t.Bundle.URI == "":
+			return nil, errs.BadInputf("task_manifest %s: tasks[%d] (%s): bundle.uri is empty (import the task first)", ref.URI, i, t.ID)
+		}
+		if j, dup := seen[t.ID]; dup {
+			return nil, errs.BadInputf("task_manifest %s: tasks[%d] and tasks[%d] are both %s", ref.URI, j, i, t.ID)
+		}
+		seen[t.ID] = i
+	}
+	return p.Tasks, nil
 }

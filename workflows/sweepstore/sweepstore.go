@@ -68,18 +68,8 @@ func (a *Activities) manifest(ctx context.Context, ref store.Ref) ([]task.Ref, e
 	if ok && ref.SHA256 != "" {
 		return tasks, nil
 	}
-	var p task.Pool
-	err := store.GetJSON(ctx, a.Store, ref, &p)
-	var ce *store.ChecksumError
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return nil, errs.BadInputf("task_manifest %s: not in the store", ref.URI)
-	case errors.As(err, &ce):
-		return nil, errs.BadInputf("task_manifest: %v", err)
-	case err != nil:
-		return nil, errs.Infraf("task_manifest %s: %v", ref.URI, err)
-	}
-	if err := checkManifest(ref, p.Tasks); err != nil {
+	tasks, err := task.ReadManifest(ctx, a.Store, ref)
+	if err != nil {
 		return nil, err
 	}
 	a.mu.Lock()
@@ -88,36 +78,14 @@ func (a *Activities) manifest(ctx context.Context, ref store.Ref) ([]task.Ref, e
 		a.manifests = map[string][]task.Ref{}
 	}
 	if _, ok := a.manifests[ref.SHA256]; !ok {
-		a.manifests[ref.SHA256] = p.Tasks
+		a.manifests[ref.SHA256] = tasks
 		a.order = append(a.order, ref.SHA256)
 		if len(a.order) > manifestCacheSize {
 			delete(a.manifests, a.order[0])
 			a.order = a.order[1:]
 		}
 	}
-	return p.Tasks, nil
-}
-
-// checkManifest: at least one task, each with an ID and a bundle, no ID twice
-// (a rollout's workflow ID is made of it).
-func checkManifest(ref store.Ref, tasks []task.Ref) error {
-	if len(tasks) == 0 {
-		return errs.BadInputf("task_manifest %s: tasks is empty", ref.URI)
-	}
-	seen := make(map[string]int, len(tasks))
-	for i, t := range tasks {
-		switch {
-		case t.ID == "":
-			return errs.BadInputf("task_manifest %s: tasks[%d].id is empty", ref.URI, i)
-		case t.Bundle.URI == "":
-			return errs.BadInputf("task_manifest %s: tasks[%d] (%s): bundle.uri is empty (import the task first)", ref.URI, i, t.ID)
-		}
-		if j, dup := seen[t.ID]; dup {
-			return errs.BadInputf("task_manifest %s: tasks[%d] and tasks[%d] are both %s", ref.URI, j, i, t.ID)
-		}
-		seen[t.ID] = i
-	}
-	return nil
+	return tasks, nil
 }
 
 // BuildEvalReport reads a sweep's result chunks, checks that every rollout
