@@ -202,6 +202,7 @@ type StoredSimilarity struct {
 // PoolSimilarityStored is PoolSimilarity for a sweep too large to pass its
 // tasks or the answer inline (Temporal's 2 MB payloads).
 func (a *Activities) PoolSimilarityStored(ctx context.Context, in StoredSimilarityInput) (StoredSimilarity, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // reading the manifest, storing the answer (workflows.ControlHeartbeat)
 	tasks, err := task.ReadManifest(ctx, a.Store, in.Manifest)
 	if err != nil {
 		return StoredSimilarity{}, err

@@ -75,7 +75,7 @@ func rolloutResultsCtx(ctx workflow.Context, wait time.Duration) workflow.Contex
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue:           ids.ControlQueue,
 		StartToCloseTimeout: wait + 2*time.Minute,
-		HeartbeatTimeout:    time.Minute,
+		HeartbeatTimeout:    ControlHeartbeat,
 		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
 		Summary:             "results of carried rollouts",
 	})

@@ -229,6 +229,7 @@ func (a *Activities) ClosedRollouts(ctx context.Context, wids []string) ([]workf
 // every one) or in.WaitSeconds have passed. A workflow Temporal does not
 // know counts as closed: nothing would ever report it.
 func (a *Activities) RolloutResults(ctx context.Context, in workflows.RolloutResultsInput) ([]workflows.ClosedResult, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	if a.Temporal == nil {
 		return nil, errs.Infraf("rollout results: this control worker has no Temporal client")
 	}
