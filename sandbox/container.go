@@ -12,6 +12,7 @@ import (
 
 	"github.com/docker/docker/api/types/container"
 	"github.com/docker/docker/api/types/filters"
+	"github.com/docker/docker/api/types/mount"
 	"github.com/docker/docker/errdefs"
 
 	"github.com/t1flow/t1flow/internal/errs"
@@ -67,10 +68,59 @@ func (d *Docker) SandboxImageUser(ctx context.Context, id string) (string, bool,
 	return u, ok, nil
 }
 
-// keepalive is PID 1 of every sandbox: bash ignores signals sent from inside
-// the container (PID 1 is immune to SIGKILL there), reaps orphans, and lets the
-// verifier stop every agent process with kill -9 -1 without stopping the sandbox.
-var keepalive = []string{"bash", "-c", "trap '' TERM INT HUP; while :; do sleep 86400 & wait $!; done"}
+// keepaliveScript is PID 1's loop: bash ignores signals sent from inside the
+// container (PID 1 is immune to SIGKILL there), reaps orphans (its SIGCHLD
+// handler), and lets the verifier stop every agent process with kill -9 -1
+// without stopping the sandbox. Once started it runs nothing, neither the
+// container's commands nor any other: it blocks in the read builtin on a pipe
+// it holds both ends of (the process substitution's `:` is a fork of itself
+// that exits at once), on which nothing ever arrives, so it never forks or
+// execs again.
+// A loop that ran `sleep` after every kill ran the container's sleep, which
+// root in the sandbox can replace: PID 1 then started the agent's program
+// again, as root, after the verifier's last kill -9 -1, while test.sh ran.
+const keepaliveScript = "trap '' TERM INT HUP; exec 3<> <(:); while :; do read -r -n 1 -u 3; done"
+
+// keepaliveUID is PID 1's real UID when it runs from the toolchain (keepalive).
+const keepaliveUID = "65534"
+
+// keepalive is PID 1 of a sandbox (Docker.Start) and of a live verifier. Its
+// Entrypoint is always cleared: an image's ENTRYPOINT (the live verifier's
+// is the agent's snapshot's) would be PID 1, or run it, from the container's
+// files.
+//
+// With the sealed verifier toolchain mounted (toolchain true: every sandbox
+// the sealed verifier can verify, every live verifier) it is the toolchain's
+// bash, started through the toolchain's env and setpriv with nothing
+// inherited, so not one file of the container's is executed even at start.
+// setpriv gives it a real UID other than its effective one (root, kept by
+// bash -p): the kernel makes such a process non-dumpable, and no process can
+// match all of its UIDs, so nothing in the container (which never has
+// CAP_SYS_PTRACE) can ptrace PID 1, open its /proc/1/mem to rewrite its code
+// or its loop, or open its descriptors through /proc/1/fd.
+//
+// Without the toolchain (a Docker that never ran EnsureToolchain: its
+// sandboxes cannot be verified, ErrToolchainMissing) it is the image's bash,
+// executed once at start and running the same loop.
+func keepalive(toolchain bool) []string {
+	if !toolchain {
+		return []string{"bash", "-c", keepaliveScript, "t1flow-keepalive"}
+	}
+	m := ToolchainMount
+	return []string{m + "/bin/env", "-i", "PATH=" + m + "/bin",
+		m + "/bin/setpriv", "--ruid=" + keepaliveUID, "--",
+		m + "/bin/bash", "--norc", "--noprofile", "-p", "-c", keepaliveScript, "t1flow-keepalive"}
+}
+
+// mountsToolchain says whether mounts bring the toolchain in (sealAndBound).
+func mountsToolchain(mounts []mount.Mount) bool {
+	for _, m := range mounts {
+		if m.Target == ToolchainMount && m.ReadOnly {
+			return true
+		}
+	}
+	return false
+}
 
 // Capabilities tasks need: root in the sandbox can add users, change owners
 // and permissions, and bind low ports, but not load modules, mount, or trace.
@@ -182,7 +232,8 @@ func (d *Docker) Start(ctx context.Context, name, img string, lim Limits, env []
 		Image:      img,
 		User:       "0", // LabelImageUser says why
 		Env:        env,
-		Cmd:        keepalive,
+		Entrypoint: []string{}, // keepalive says why
+		Cmd:        keepalive(mountsToolchain(hc.Mounts)),
 		Labels:     all,
 		Hostname:   "sandbox",
 		WorkingDir: lim.WorkDir,

@@ -176,7 +176,10 @@ func (d *Docker) StartLiveVerifier(ctx context.Context, ins container.InspectRes
 	resp, err := d.Client.ContainerCreate(ctx, &container.Config{
 		Image:      snap.ID,
 		User:       "0", // as the sandbox (LabelImageUser)
-		Cmd:        keepalive,
+		Entrypoint: []string{},
+		// The toolchain's (tc is mounted), never the snapshot's bash, sleep
+		// or ENTRYPOINT: the agent's files (keepalive).
+		Cmd:        keepalive(true),
 		Labels:     labels,
 		WorkingDir: ins.Config.WorkingDir,
 	}, hc, nil, nil, LiveVerifierName(id))
