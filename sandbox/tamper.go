@@ -33,7 +33,13 @@ import (
 //     and no solution has a reason to write them;
 //   - modules shadowing pytest or Python start-up hooks in the verifier's
 //     working directory, which `python3 -m pytest` run from there (a common
-//     test.sh line) puts first on sys.path;
+//     test.sh line) puts first on sys.path. The toolchain's Python no longer
+//     imports them from there (its sitecustomize seals imports: a top-level
+//     module the toolchain provides, the standard library's, pytest's and
+//     its dependencies', is found only in the toolchain), so these findings
+//     are evidence of the attempt; a module of the standard library's name
+//     in the working directory (/app/shlex.py) is not flagged: the seal
+//     alone defeats it, and a task's own file may share such a name;
 //   - symlinks at /tests, /logs or /logs/verifier;
 //   - anything under the toolchain's mount point (impossible while it is
 //     mounted read-only: a sign the mount is missing);

@@ -38,7 +38,7 @@ const ToolchainRunnerMark = ToolchainRunDir + "/runner-started"
 
 // toolchainVersion changes whenever the build steps change in a way the
 // recipe below does not capture.
-const toolchainVersion = "2"
+const toolchainVersion = "3"
 
 // toolchainWheel is one pinned file from PyPI.
 type toolchainWheel struct{ Name, Version, File, SHA256 string }
@@ -101,6 +101,11 @@ cp -L /lib/x86_64-linux-gnu/libgcc_s.so.1 $out/lib/ 2>/dev/null || true
 # the sandbox's /etc/ssl, which the agent can add its own CA to.
 mkdir -p $out/etc/certs
 cp -L /etc/ssl/certs/ca-certificates.crt $out/etc/ca-certificates.crt
+# The only locale data the toolchain's C library reads (toolchainStringPatches):
+# the base image's C.UTF-8, as a locale archive.
+mkdir -p /tmp/t1flow-locale/usr/lib/locale
+localedef --prefix=/tmp/t1flow-locale --add-to-archive /usr/lib/locale/C.utf8 >/dev/null
+cp /tmp/t1flow-locale/usr/lib/locale/locale-archive $out/` + toolchainLocaleArchive + `
 `
 
 // The toolchain's loader must not read the container's preload list or
@@ -120,6 +125,107 @@ var toolchainLoaderPatches = [][2]string{
 	{"/etc/ld.so.cache\x00", "/proc/0/nocache\x00\x00"},
 	{"/lib/x86_64-linux-gnu/\x00/usr/lib/x86_64-linux-gnu/\x00/lib/\x00/usr/lib/\x00",
 		"/proc/0/t1flow-nolib1/\x00/proc/0/t1flow-nolib2-xxx/\x00/sys/\x00/proc/0//\x00"},
+}
+
+// toolchainStringPatch blinds one more exported object to configuration and
+// modules in the container: every occurrence of Old in File (its path in the
+// toolchain; "" for every ELF object) becomes New, of the same length (the
+// code that uses such a string keeps its length elsewhere, as the loader's
+// search list does). A Required patch fails the build where Old is missing;
+// the others are skipped where a base's build has no such string or object.
+type toolchainStringPatch struct {
+	File, Old, New string
+	Required       bool
+}
+
+// toolchainNowhere is a path of n bytes under /proc/0, which never exists
+// (no process is 0) and cannot be created; n is at least 8.
+func toolchainNowhere(n int) string {
+	return ("/proc/0/t1flow-sealed" + strings.Repeat("-", n))[:n]
+}
+
+// toolchainBlind is the patch that replaces old in file with a path that
+// never exists, keeping a trailing NUL (an exact match) if old has one.
+func toolchainBlind(file, old string, required bool) toolchainStringPatch {
+	s := strings.TrimSuffix(old, "\x00")
+	return toolchainStringPatch{file, old, toolchainNowhere(len(s)) + old[len(s):], required}
+}
+
+// toolchainLocaleArchive is where, in the toolchain, its C library finds
+// locales: the base image's C.UTF-8 as an archive (toolchainExportScript),
+// named in place of /usr/lib/locale/locale-archive, so of the same length.
+const toolchainLocaleArchive = "lib/locale-a"
+
+// toolchainCAAlias is the toolchain's CA bundle (etc/ca-certificates.crt)
+// by a name as long as /etc/ssl/certs/ca-certificates.crt, the default
+// bundle built into its libcurl (and GnuTLS): a link (toolchainWriteFiles).
+const toolchainCAAlias = "etc/ca-certs.crt"
+
+// toolchainStringPatches keep the toolchain's libraries from reading files in
+// the container (all of them the agent's to write, as root) that name code
+// to load or would let the agent steer the verifier, as the loader patches
+// do for the loader:
+//
+//   - The C library's gconv configuration and cache point nowhere: a module
+//     the agent configures for UTF-8 beats the built-in converter, and every
+//     toolchain Python converts UTF-8 at start-up (PEP 538 coerces C to
+//     C.UTF-8), as does bash in a UTF-8 locale. Only the built-in converters
+//     remain (UTF-8, ASCII, UCS-2/4, UTF-16/32), all the toolchain's locales
+//     need.
+//   - Its locales come from the toolchain's archive (the base image's
+//     C.UTF-8, toolchainLocaleArchive) and never from the container's
+//     /usr/lib/locale, unless test.sh itself sets LOCPATH (t1flow drops it
+//     from the image's environment); a locale only the task's image has
+//     (en_US.UTF-8 from its locales package) is unknown to the verifier's
+//     bash and Python, which fall back to C (Python coerces to C.UTF-8).
+//   - Message catalogs (/usr/share/locale, in every program and library
+//     that translates its messages) are never read: the agent's .mo could
+//     reword any message a test reads.
+//   - OpenSSL (curl's, and Python's ssl and hashlib): its configuration
+//     directory (openssl.cnf, whose provider and engine sections name shared
+//     objects to load), its engine and provider module directories point
+//     nowhere, and the variables that would redirect them (OPENSSL_CONF,
+//     OPENSSL_MODULES, OPENSSL_ENGINES) are renamed T1FLOW_..., which t1flow
+//     drops from the image's and the task's environment: container programs
+//     a test runs still see those variables, the toolchain's never read
+//     them. Trust is unchanged: curl trusts the toolchain's CAs (home/.curlrc;
+//     the bundle built into its libcurl and GnuTLS becomes the toolchain's
+//     too, for a test.sh that runs curl -q), Python's ssl trusts
+//     /usr/lib/ssl/cert.pem and certs as before.
+//   - GSS-API mechanisms (/etc/gss/mech, mech.d, their module directory),
+//     SASL plugins and their configuration, p11-kit's module lists, GnuTLS's
+//     system configuration and PKCS #11 list, and curl's NTLM helper
+//     (/usr/bin/ntlm_auth) point nowhere: each names code to load or run.
+//     Kerberos's /etc/krb5.conf is left as it is (a task's Kerberos needs
+//     it), and read only when curl negotiates Kerberos (--negotiate,
+//     --anyauth).
+var toolchainStringPatches = []toolchainStringPatch{
+	toolchainBlind("lib/libc.so.6", "/usr/lib/x86_64-linux-gnu/gconv/gconv-modules.cache\x00", true),
+	toolchainBlind("lib/libc.so.6", "/usr/lib/x86_64-linux-gnu/gconv\x00", true),
+	{"lib/libc.so.6", "/usr/lib/locale/locale-archive\x00", ToolchainMount + "/" + toolchainLocaleArchive + "\x00", true},
+	toolchainBlind("lib/libc.so.6", "/usr/lib/locale\x00", true),
+	toolchainBlind("", "/usr/share/locale", false),
+	toolchainBlind("lib/libcrypto.so.3", "/usr/lib/ssl\x00", true),
+	toolchainBlind("lib/libcrypto.so.3", "/usr/lib/x86_64-linux-gnu/engines-3", true),
+	toolchainBlind("lib/libcrypto.so.3", "/usr/lib/x86_64-linux-gnu/ossl-modules", true),
+	{"lib/libcrypto.so.3", "OPENSSL_CONF\x00", "T1FLOW_OCONF\x00", true},
+	{"lib/libcrypto.so.3", "OPENSSL_MODULES\x00", "T1FLOW_OMODULES\x00", true},
+	{"lib/libcrypto.so.3", "OPENSSL_ENGINES\x00", "T1FLOW_OENGINES\x00", true},
+	{"lib/libcurl.so.4", "/etc/ssl/certs/ca-certificates.crt\x00", ToolchainMount + "/" + toolchainCAAlias + "\x00", false},
+	toolchainBlind("lib/libcurl.so.4", "/etc/ssl/certs\x00", false),
+	toolchainBlind("lib/libcurl.so.4", "/usr/bin/ntlm_auth\x00", false),
+	{"lib/libgnutls.so.30", "/etc/ssl/certs/ca-certificates.crt\x00", ToolchainMount + "/" + toolchainCAAlias + "\x00", false},
+	toolchainBlind("lib/libgnutls.so.30", "/etc/gnutls/config\x00", false),
+	toolchainBlind("lib/libgnutls.so.30", "/etc/gnutls/pkcs11.conf\x00", false),
+	toolchainBlind("lib/libgssapi_krb5.so.2", "/etc/gss/mech\x00", false),
+	toolchainBlind("lib/libgssapi_krb5.so.2", "/etc/gss/mech.d/*.conf\x00", false),
+	toolchainBlind("lib/libgssapi_krb5.so.2", "/usr/lib/x86_64-linux-gnu/gss/", false),
+	toolchainBlind("lib/libsasl2.so.2", "/etc/sasl2:/etc/sasl:/usr/lib/x86_64-linux-gnu/sasl2:/usr/lib/sasl2\x00", false),
+	toolchainBlind("lib/libsasl2.so.2", "/usr/lib/x86_64-linux-gnu/sasl2\x00", false),
+	toolchainBlind("lib/libp11-kit.so.0", "/etc/pkcs11/modules\x00", false),
+	toolchainBlind("lib/libp11-kit.so.0", "/etc/pkcs11/pkcs11.conf\x00", false),
+	toolchainBlind("lib/libp11-kit.so.0", "/usr/share/p11-kit/modules\x00", false),
+	toolchainBlind("lib/libp11-kit.so.0", "/usr/lib/x86_64-linux-gnu/pkcs11\x00", false),
 }
 
 //go:embed all:toolchainfs
@@ -146,6 +252,9 @@ func ToolchainHash(baseImage string) string {
 	fmt.Fprintf(h, "commands %s\nexport %s\n", strings.Join(toolchainCommands, " "), toolchainExportFor(ToolchainPython(baseImage)))
 	for _, p := range toolchainLoaderPatches {
 		fmt.Fprintf(h, "patch %q %q\n", p[0], p[1])
+	}
+	for _, p := range toolchainStringPatches {
+		fmt.Fprintf(h, "patch %s %q %q %v\n", p.File, p.Old, p.New, p.Required)
 	}
 	fs.WalkDir(toolchainFS, "toolchainfs", func(p string, d fs.DirEntry, err error) error {
 		if err == nil && !d.IsDir() {

@@ -309,9 +309,10 @@ func toolchainWriteFiles(out, py string) error {
 			return err
 		}
 		rel := strings.TrimPrefix(p, "toolchainfs/")
-		if r, ok := strings.CutPrefix(rel, "py/lib/python3.11/"); ok {
-			rel = "py/lib/python" + py + "/" + r
-		}
+		// toolchainfs names the Python's directories for 3.11; they follow
+		// the suite's Python (py/lib/python3.11/, and site-packages under
+		// py/local/lib/python3.11/).
+		rel = strings.Replace(rel, "/python3.11/", "/python"+py+"/", 1)
 		dst := filepath.Join(out, filepath.FromSlash(rel))
 		if err := os.MkdirAll(filepath.Dir(dst), 0o755); err != nil {
 			return err
@@ -331,6 +332,13 @@ func toolchainWriteFiles(out, py string) error {
 		{"bin/python" + py, "../py/bin/python" + py},
 		{"home/.local/bin/uv", "../../../bin/uv"},
 		{"home/.local/bin/uvx", "../../../bin/uvx"},
+		{toolchainCAAlias, "ca-certificates.crt"},
+		// A venv over the toolchain's Python (`uv venv`) names bin/ as its
+		// home; from there Python looks for its standard library in
+		// ../lib/pythonX.Y, then further up: without this link it found
+		// the container's /lib/pythonX.Y (the agent's to edit), not the
+		// toolchain's.
+		{"lib/python" + py, "../py/lib/python" + py},
 	}
 	for _, l := range links {
 		if err := os.Symlink(l[1], filepath.Join(out, l[0])); err != nil {
@@ -386,7 +394,75 @@ func toolchainPatch(ctx context.Context, patchelf, out string) error {
 		}
 		b = bytes.ReplaceAll(b, []byte(r[0]), []byte(r[1]))
 	}
-	return os.WriteFile(ld, b, 0o755)
+	if err := os.WriteFile(ld, b, 0o755); err != nil {
+		return err
+	}
+	var objects []string
+	for _, p := range append(files, ld) {
+		if _, _, ok := toolchainELF(p); ok {
+			objects = append(objects, p)
+		}
+	}
+	return toolchainPatchStrings(out, objects)
+}
+
+// toolchainPatchStrings applies toolchainStringPatches to the ELF objects
+// (paths under out) they name.
+func toolchainPatchStrings(out string, objects []string) error {
+	found := make([]bool, len(toolchainStringPatches))
+	for i, sp := range toolchainStringPatches {
+		if len(sp.Old) != len(sp.New) || sp.Old == "" {
+			return fmt.Errorf("string patch %q in %s: replacement length differs", sp.Old, sp.File)
+		}
+		if sp.File != "" && sp.Required {
+			if _, err := os.Stat(filepath.Join(out, filepath.FromSlash(sp.File))); err != nil {
+				return fmt.Errorf("string patch %d: %w", i, err)
+			}
+		}
+	}
+	for _, p := range objects {
+		rel, err := filepath.Rel(out, p)
+		if err != nil {
+			return err
+		}
+		rel = filepath.ToSlash(rel)
+		var b []byte
+		changed := false
+		for i, sp := range toolchainStringPatches {
+			if sp.File != "" && sp.File != rel {
+				continue
+			}
+			if b == nil {
+				if b, err = os.ReadFile(p); err != nil {
+					return err
+				}
+			}
+			if !bytes.Contains(b, []byte(sp.Old)) {
+				continue
+			}
+			found[i], changed = true, true
+			b = bytes.ReplaceAll(b, []byte(sp.Old), []byte(sp.New))
+		}
+		if changed {
+			info, err := os.Stat(p)
+			if err != nil {
+				return err
+			}
+			os.Chmod(p, info.Mode().Perm()|0o200)
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				return err
+			}
+			if err := os.Chmod(p, info.Mode().Perm()); err != nil {
+				return err
+			}
+		}
+	}
+	for i, sp := range toolchainStringPatches {
+		if sp.Required && !found[i] {
+			return fmt.Errorf("%s has no %q to blind", sp.File, strings.TrimRight(sp.Old, "\x00"))
+		}
+	}
+	return nil
 }
 
 // toolchainELF says whether p is an ELF object, whether it names a program

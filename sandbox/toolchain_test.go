@@ -558,4 +558,12 @@ func TestToolchainCurlTrustsOnlyItsOwnCAs(t *testing.T) {
 	if code == 0 || strings.Contains(out, "runner-started") {
 		t.Fatalf("the toolchain's curl trusted the agent's CA (exit %d): %s", code, out)
 	}
+	// curl -q reads no .curlrc: the bundle built into the toolchain's
+	// libcurl is the toolchain's too (toolchainStringPatches), and it names
+	// no CA directory.
+	code, out = r.exec(id, []string{m + "/bin/env", "-i", "PATH=" + m + "/bin", "HOME=" + m + "/home", m + "/bin/curl", "-q", "-vsSf", url}, sandbox.ToolchainExecEnv, "/")
+	t.Logf("the toolchain's curl -q: exit %d", code)
+	if code == 0 || strings.Contains(out, "runner-started") || !strings.Contains(out, "CAfile: "+m+"/etc/") {
+		t.Fatalf("the toolchain's curl -q trusted the agent's CA or not the toolchain's bundle (exit %d): %s", code, out)
+	}
 }

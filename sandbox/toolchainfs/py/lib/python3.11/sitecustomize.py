@@ -1,10 +1,15 @@
 """The sealed verifier's guard, imported by the toolchain's Python at start-up
 (the standard library directory, ahead of every site-packages, and before any
-test or agent code runs).
+test or agent code runs; the toolchain's site-packages holds a .pth file that
+imports it by its path before site.py looks for it by name, so a PYTHONPATH
+entry of the agent's cannot shadow it).
 
-Only when the verifier hands this process its report channel
+It always seals imports (_t1flow_seal_imports: no directory of the agent's
+shadows a module of the standard library's or the runner's, or names a
+pytest plugin through a distribution's entry points). Only when the
+verifier hands this process its report channel
 (T1FLOW_CHANNEL_FD, an inherited pipe to the host, outside every file in the
-sandbox) does it do anything: it takes the channel (a private,
+sandbox) does it guard: it takes the channel (a private,
 non-inheritable copy; the variable and the inherited descriptor are
 dropped, so programs the tests start never get it) and installs a PEP 578
 audit hook, which Python code cannot remove. The hook writes evidence to the
@@ -17,6 +22,135 @@ code objects, walks the runner's frames or lists the interpreter's objects
 (gc). The t1flow_mark pytest plugin reports every test through the same
 channel. See docs/verification.md.
 """
+
+
+def _t1flow_seal_imports():
+    """Top-level modules the verifier's own directories provide (the standard
+    library, pytest and its dependencies, the plugins, the environments uv
+    builds in the verifier's scratch directory) are found there and nowhere
+    else. Every other directory on sys.path (the working directory, which
+    `python3 -m pytest` and `python3 -c` put first; a PYTHONPATH entry; one a
+    test inserts to import the solution) gets a path-entry finder that does
+    not see those names: /app/shlex.py is not the shlex pytest imports, nor
+    /app/sitecustomize.py this module (the .pth file in the toolchain's
+    site-packages imports it by its path before site.py looks for it by
+    name). Modules of other names, the solution's, are found there as
+    before; a module of the task's that shares a standard library name is
+    the one thing a test can no longer import by that name. /tests, the
+    task's own, is left as it is. A path hook, not a sys.meta_path finder:
+    pytest's assertion rewriter, which it puts first on sys.meta_path,
+    searches sys.path with PathFinder, and so goes through it too.
+    importlib.metadata's search of sys.path skips those other directories
+    too, but for the interpreter's own site-packages: a distribution there
+    names entry points (pytest11) that pytest imports, whatever their
+    names."""
+    import sys
+
+    if getattr(sys, "t1flow_sealed_imports", False):
+        return
+    # Only modules that are built in, frozen or already loaded: any other
+    # would be looked up on sys.path, before this seal is in place.
+    import os
+    from _frozen_importlib_external import FileFinder, PathFinder, _get_supported_file_loaders
+    from zipimport import zipimporter
+
+    verifier = ("/.t1flow-verifier/", "/tmp/.t1flow-verify/")
+    tests = ("/tests/",)
+    builtin = frozenset(sys.builtin_module_names)
+    realpath, getcwd, isdir, str_ = os.path.realpath, os.getcwd, os.path.isdir, str
+    kinds = {}
+
+    def kind(entry):
+        """"verifier", "tests" or "other" for a sys.path entry."""
+        if entry == "":
+            try:
+                entry = getcwd()
+            except OSError:
+                return "other"
+        k = kinds.get(entry)
+        if k is None:
+            p = realpath(entry).rstrip("/") + "/"
+            k = "verifier" if p.startswith(verifier) else "tests" if p.startswith(tests) else "other"
+            kinds[entry] = k
+        return k
+
+    def verifiers_have(name):
+        if name in builtin:
+            return True
+        entries = [e for e in sys.path if isinstance(e, str_) and kind(e) == "verifier"]
+        try:
+            spec = PathFinder.find_spec(name, entries)
+        except Exception:
+            return False
+        return spec is not None and spec.loader is not None
+
+    class _SealedFileFinder(FileFinder):
+        def find_spec(self, fullname, target=None):
+            if "." not in fullname and verifiers_have(fullname):
+                return None
+            return super().find_spec(fullname, target)
+
+    class _SealedZipImporter(zipimporter):
+        def find_spec(self, fullname, target=None):
+            if "." not in fullname and verifiers_have(fullname):
+                return None
+            return super().find_spec(fullname, target)
+
+    file_hook = _SealedFileFinder.path_hook(*_get_supported_file_loaders())
+
+    def hook(entry):
+        if kind(entry) != "other":
+            raise ImportError("the verifier's own directory", path=entry)
+        if isdir(entry):
+            return file_hook(entry)
+        return _SealedZipImporter(entry)  # ZipImportError (an ImportError) unless a zip file
+
+    sys.path_hooks.insert(0, hook)
+    for entry in list(sys.path_importer_cache):
+        if isinstance(entry, str_) and kind(entry) == "other":
+            del sys.path_importer_cache[entry]
+
+    # Installed distributions, as importlib.metadata finds them on sys.path,
+    # name code to load: pytest imports every "pytest11" entry point at
+    # start-up (and pygments its plugins'). One in the working directory
+    # (/app/evil-1.0.dist-info naming /app/evilplug.py) or another directory
+    # of the agent's on sys.path would run the agent's module in the runner,
+    # whatever its name. A search of sys.path (the default) sees only the
+    # verifier's directories, /tests and the site-packages of the running
+    # interpreter (a venv's, where test.sh installs its plugins); a caller
+    # that names its own path gets what it asked for.
+    metadata_finder = PathFinder.find_distributions
+    site_dirs = []
+
+    def site_dir(entry):
+        if not site_dirs:
+            site_dirs.append(None)  # looked up once, even if there are none
+            try:
+                site_dirs.extend(realpath(p) for p in sys.modules["site"].getsitepackages())
+            except Exception:
+                pass
+        return realpath(entry or ".") in site_dirs
+
+    def find_distributions(*args, **kwargs):
+        from importlib.metadata import DistributionFinder
+
+        if args:
+            context = args[0]
+        elif "context" in kwargs:
+            context = kwargs["context"]
+        else:
+            context = DistributionFinder.Context(**kwargs)
+        if "path" not in vars(context):
+            path = [e for e in sys.path if isinstance(e, str_) and (kind(e) != "other" or site_dir(e))]
+            context = DistributionFinder.Context(**dict(vars(context), path=path))
+        return metadata_finder(context)
+
+    PathFinder.find_distributions = staticmethod(find_distributions)
+    sys.t1flow_sealed_imports = True
+
+
+_t1flow_seal_imports()
+del _t1flow_seal_imports
 
 
 def _t1flow_guard():
