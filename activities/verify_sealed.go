@@ -122,10 +122,18 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if img, ok := sandbox.ImageUser(ins); ok {
 		user = sandbox.VerifierUser(t.Config.VerifierUser, img)
 	}
-	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, envList(t.Config.VerifierEnv),
+	// The runner authenticates what it reports against this verification's
+	// key (sandbox.ChannelKey): its public share goes in test.sh's
+	// environment, after the task's verifier.env, so it is the one the
+	// runner reads.
+	key, err := sandbox.NewChannelKey()
+	if err != nil {
+		return VerifyResult{}, errs.Infraf("channel key: %v", err)
+	}
+	cmd, dropped := sandbox.ToolchainVerifyCmd(ins.Config.Env, append(envList(t.Config.VerifierEnv), key.Env()),
 		time.Duration(timeout*float64(time.Second)), sandbox.ToolchainPytestIni(filepath.Join(t.Dir, "tests")), user)
 	vr.DroppedEnv = dropped
-	er, channel, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, user, cmd, time.Duration(timeout*float64(time.Second)))
+	er, channel, err := a.runSealed(ctx, in, t, ins.Config.WorkingDir, user, cmd, time.Duration(timeout*float64(time.Second)), key)
 	if err != nil {
 		return VerifyResult{}, err
 	}
@@ -142,7 +150,14 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if err != nil {
 		return VerifyResult{}, err
 	}
+	if channel.Unauthenticated {
+		fmt.Fprintf(a.Docker.Log, "sandbox: %s: the runner's channel carried no authenticated line (a toolchain from before the channel was authenticated?): its lines were believed as they came\n", in.Sandbox.Name)
+	}
+	if channelSeen != nil {
+		channelSeen(channel)
+	}
 	res.Tampered, res.StorageLimit, res.DroppedEnv = RunnerDisagrees(res, channel), vr.StorageLimit, vr.DroppedEnv
+	RunnerReconcile(&res, channel)
 	res.LiveService, res.LiveRefused = vr.LiveService, vr.LiveRefused
 	end = steptime.Start(ctx, StepArtifacts)
 	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
@@ -246,8 +261,9 @@ func (a *Activities) freezeForLive(ctx context.Context, ins container.InspectRes
 // ToolchainRunCmd: in one exec, the verifier's places are emptied, the tests
 // moved to /tests and test.sh run sealed (cmd) as user. A run that never said it was
 // ready did not start test.sh: what /logs/verifier holds then is not its.
-// The rest of the exec's stdout is the runner's report channel.
-func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir, user string, cmd []string, timeout time.Duration) (sandbox.ExecResult, sandbox.RunnerChannel, error) {
+// The rest of the exec's stdout is the runner's report channel, read with
+// key (the one whose share cmd hands the runner).
+func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir, user string, cmd []string, timeout time.Duration, key *sandbox.ChannelKey) (sandbox.ExecResult, sandbox.RunnerChannel, error) {
 	id := in.Sandbox.ContainerID
 	end := steptime.Start(ctx, StepCopyTests)
 	stage := sandbox.ToolchainStage()
@@ -270,12 +286,15 @@ func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task
 	if ready != sandbox.ToolchainReady {
 		return er, sandbox.RunnerChannel{}, errs.Infraf("prepare the verifier in %s: exit %d: %s", in.Sandbox.Name, er.ExitCode, er.Output)
 	}
-	return er, sandbox.ParseRunnerChannel([]byte(channel), stdout.Total()-int64(len(ready))-1), nil
+	return er, sandbox.ParseRunnerChannelKeyed([]byte(channel), stdout.Total()-int64(len(ready))-1, key), nil
 }
 
+// channelSeen, in tests only, gets each verification's runner channel.
+var channelSeen func(sandbox.RunnerChannel)
+
 // MaxChannelBytes caps what the host keeps of the runner's report channel
-// (about 150 bytes a test per phase); a channel that overflowed corroborates
-// no pass.
+// (about 220 bytes a test per phase, authenticated); a channel that
+// overflowed corroborates no pass.
 const MaxChannelBytes = 8 << 20
 
 // verifiable ends the sandbox's disk watch and, if the watch stopped the

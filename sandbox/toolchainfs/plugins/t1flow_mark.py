@@ -9,16 +9,35 @@ test function raised (seen around the call, apart from the report pytest
 makes of it), and the session's exit status; it also compares the runner's
 modules, sys.modules and builtins with what they were when it started, and
 reports what was replaced. The host trusts a passed test in the result files
-only when this channel says so (docs/verification.md)."""
+only when this channel says so (docs/verification.md).
+
+Every line it writes is authenticated: the process draws a secret of its own,
+agrees a key with the host by Diffie-Hellman against the host's public share
+(T1VERIFY_CHANNEL_KEY, sandbox.ChannelKey) and MACs each line with it and a
+sequence number, so a line someone else writes on the channel (any process
+that reaches the descriptor, through /proc/<pid>/fd of test.sh's shell) or
+takes off it is told from the runner's. The process also makes itself
+non-dumpable, so no other process of its user reads its memory or opens
+its descriptors through /proc (the sandbox has no CAP_SYS_PTRACE)."""
 import os
 import sys
 
 import pytest
 
 _CH = getattr(sys, "t1flow_channel", None)
-_write = os.write
 _RUNNER = ("_pytest", "pytest", "pluggy", "ctrf", "pytest_json_ctrf", "t1flow_mark", "builtins", "sys", "os", "io", "json", "atexit")
 _snap = {}
+
+# RFC 3526's 2048-bit MODP group (14), generator 2: sandbox.channelP.
+_P = int(
+    "FFFFFFFFFFFFFFFFC90FDAA22168C234C4C6628B80DC1CD129024E088A67CC74020BBEA63B139B22514A08798E3404DD"
+    "EF9519B3CD3A431B302B0A6DF25F14374FE1356D6D51C245E485B576625E7EC6F44C42E9A637ED6B0BFF5CB6F406B7ED"
+    "EE386BFB5A899FA5AE9F24117C4B1FE649286651ECE45B3DC2007CB8A163BF0598DA48361C55D39A69163FA8FD24CF5F"
+    "83655D23DCA3AD961C62F356208552BB9ED529077096966D670C354E4ABC9804F1746C08CA18217C32905E462E36CE3B"
+    "E39E772C180E86039B2783A2EC07A28FB5C55DF06F4C52C9DE2BCBF6955817183995497CEA956AE515D2261898FA0510"
+    "15728E5A8AACAA68FFFFFFFFFFFFFFFF",
+    16,
+)
 
 
 def _q(s):
@@ -26,12 +45,108 @@ def _q(s):
     return '"' + "".join(c if " " <= c <= "~" and c != '"' and c != "\\" else "\\u%04x" % ord(c) for c in s) + '"'
 
 
-def _emit(line):
-    if _CH is not None:
+def _nondumpable():
+    """prctl(PR_SET_DUMPABLE, 0): /proc/<pid>/fd, mem and environ of this
+    process are closed to every other process without CAP_SYS_PTRACE, the
+    agent's processes among them. ctypes is left out of sys.modules again
+    as it was, so a foreign module's own `import ctypes` still loads it in
+    the guard's sight."""
+    had = {m: m in sys.modules for m in ("ctypes", "ctypes._endian")}
+    try:
+        import ctypes
+
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)
+    except Exception:
+        pass
+    finally:
+        for m, there in had.items():
+            if not there:
+                sys.modules.pop(m, None)
+
+
+_TRUSTED = tuple(p.rstrip("/") + "/" for p in os.environ.get("T1FLOW_TRUSTED_CODE", "").split(":") if p) + (os.path.dirname(os.__file__) + "/",)
+
+
+def _vetted(line, getframe=sys._getframe, trusted=_TRUSTED, q=_q):
+    """line, unless code that is not the verifier's (the toolchain, its
+    scratch directory, /tests, the standard library) is on the stack of its
+    writer: the agent's module calling the plugin, or its writer, to write
+    a runner's line. That is reported instead."""
+    f = getframe(2)
+    while f is not None:
+        name = f.f_code.co_filename
+        if not name.startswith("<") and not name.startswith(trusted):
+            return '{"ev":"patched","what":"writes a runner\'s line","detail":%s,"where":%s}' % (q(line), q("%s:%d" % (name, f.f_lineno)))
+        f = f.f_back
+    return line
+
+
+def _channel(fd, vet):
+    """The writer of this process's lines on the channel, each passed
+    through vet first: authenticated (sandbox.ChannelKey) when the host
+    handed over its share, else plain."""
+    import itertools
+
+    write, getpid, urandom, encode = os.write, os.getpid, os.urandom, str.encode
+
+    def raw(line):
         try:
-            _write(_CH, (line + "\n").encode())
+            write(fd, encode(line + "\n"))
         except OSError:
             pass
+
+    share = os.environ.pop("T1VERIFY_CHANNEL_KEY", "")
+    try:
+        host = int(share, 16) if len(share) == 512 else 0
+    except ValueError:
+        host = 0
+    if not 1 < host < _P - 1:
+        return lambda line: raw(vet(line))
+    try:  # the built-in SHA-256, not OpenSSL's (nothing to configure)
+        from _sha256 import sha256
+    except ImportError:
+        from _sha2 import sha256
+    state = [None]
+
+    def send(st, line):
+        _, src, inner, outer, count = st
+        body = '%s,"src":"%s","n":%d' % (line[:-1], src, next(count))
+        i = inner.copy()
+        i.update(encode(body))
+        o = outer.copy()
+        o.update(i.digest())
+        raw(body + ',"m":"%s"}' % o.hexdigest()[:32])
+
+    def rekey():
+        x = int.from_bytes(urandom(32), "big")
+        r = pow(2, x, _P)
+        rb = r.to_bytes(256, "big")
+        key = sha256(b"t1flow-channel-v1" + pow(host, x, _P).to_bytes(256, "big") + rb).digest().ljust(64, b"\0")
+        st = (getpid(), sha256(rb).hexdigest()[:16], sha256(bytes(b ^ 0x36 for b in key)), sha256(bytes(b ^ 0x5C for b in key)), itertools.count())
+        state[0] = st
+        send(st, '{"ev":"hello","pid":%d,"dh":"%0512x"}' % (st[0], r))
+        return st
+
+    def emit(line):
+        line = vet(line)
+        st = state[0]
+        if st is None or st[0] != getpid():  # a forked child is a source of its own
+            st = rekey()
+        send(st, line)
+
+    rekey()
+    return emit
+
+
+_EMIT = None
+if _CH is not None:
+    _nondumpable()
+    _EMIT = _channel(_CH, _vetted)
+
+
+def _emit(line):
+    if _EMIT is not None:
+        _EMIT(line)
 
 
 def _runner_module(name):
@@ -60,7 +175,7 @@ def _take_snapshot():
 def _check(where):
     """Reports every runner module, function, class, method or builtin that
     is no longer what it was before collection."""
-    if _CH is None:
+    if _EMIT is None:
         return
     for name, (mod, attrs, methods) in _snap.items():
         now = sys.modules.get(name)
