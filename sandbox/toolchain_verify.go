@@ -123,7 +123,7 @@ func ToolchainRunCmd(verifierDir, stage, workDir, user string, verify []string) 
 		`if id -u -- "$n" >/dev/null 2>&1; then gs=--init-groups; [ -n "$g" ] || g=$(id -g -- "$n"); ` +
 		`elif [[ $n =~ ^[0-9]+$ ]]; then gs=--clear-groups; [ -n "$g" ] || g=0; ` +
 		`else echo "t1flow: the verifier's user $n (verifier.user, else the image's USER) is not in the sandbox's /etc/passwd: tests/test.sh did not run" >&2; exit 4; fi; ` +
-		`if ! [[ $g =~ ^[0-9]+$ ]] && ! gawk -F: -v g="$g" '$1 == g { f = 1 } END { exit !f }' /etc/group; then ` +
+		`if ! [[ $g =~ ^[0-9]+$ ]] && ! G="$g" gawk -F: '($1 "") == (ENVIRON["G"] "") { f = 1 } END { exit !f }' /etc/group; then ` +
 		`echo "t1flow: the verifier's group $g (verifier.user, else the image's USER) is not in the sandbox's /etc/group: tests/test.sh did not run" >&2; exit 4; fi; ` +
 		`chown -- "$n:$g" ` + places + ` || exit 1; ` +
 		`set -- setpriv --reuid="$n" --regid="$g" "$gs" -- "$@"; fi; ` +

@@ -14,6 +14,9 @@ pkgs=()
 # A daemon that answers (local or DOCKER_HOST) needs no docker.io package.
 command -v dockerd >/dev/null || answers || pkgs+=(docker.io)
 command -v debootstrap >/dev/null || pkgs+=(debootstrap)
+# The reward-hack tests (sandbox/reward_hacks_integration_test.go) build the
+# shared objects an agent would plant.
+command -v gcc >/dev/null || pkgs+=(gcc libc6-dev)
 if [ ${#pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "ensure-sandbox-host: installing Debian's ${pkgs[*]}" >&2
