@@ -114,6 +114,12 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		}
 		defer remove()
 	}
+	return a.runAndJudge(ctx, in, t, ins, vr)
+}
+
+// runAndJudge runs tests/test.sh sealed in the checked sandbox (or its live
+// verifier) and judges its results against the runner's channel.
+func (a *Activities) runAndJudge(ctx context.Context, in VerifyInput, t *task.Task, ins container.InspectResponse, vr VerifyResult) (VerifyResult, error) {
 	timeout := in.TimeoutSec
 	if timeout <= 0 {
 		timeout = t.Config.VerifierTimeoutSec
@@ -144,7 +150,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 	if er.TimedOut {
 		return VerifyResult{}, errs.Verifierf("tests/test.sh timed out after %.0fs (verifier.timeout_sec); output tail:\n%s", timeout, preview)
 	}
-	end = steptime.Start(ctx, StepResults)
+	end := steptime.Start(ctx, StepResults)
 	res, err := a.readResults(ctx, in, t, er, preview)
 	end()
 	if err != nil {

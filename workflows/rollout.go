@@ -252,8 +252,11 @@ func (r *rollout) release(ctx workflow.Context, sb activities.Sandbox, cause err
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
 	dctx = r.onHost(dctx, sb, workflow.ActivityOptions{
 		StartToCloseTimeout: 2 * time.Minute,
-		RetryPolicy:         &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
-		Summary:             "destroy " + sb.Name,
+		// A destroy its host took and then died with is retried (and then
+		// found gone) after 15 s, not at the 2 minutes.
+		HeartbeatTimeout: 15 * time.Second,
+		RetryPolicy:      &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
+		Summary:          "destroy " + sb.Name,
 	})
 	if err := workflow.ExecuteActivity(dctx, act.DestroySandbox, activities.DestroyInput{Sandbox: sb, RolloutID: r.id}).Get(dctx, nil); err != nil {
 		// The reaper removes it once this workflow closes.
