@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/t1flow/t1flow/activities"
-	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
@@ -21,29 +20,8 @@ import (
 func channelRig(t *testing.T, extra string) (*sandbox.Docker, *activities.Activities, task.Ref, string) {
 	d := testenv.Docker(t)
 	ctx := context.Background()
-	tk, err := task.Load(filepath.Join(testenv.RepoRoot(), "examples/tb2/inventory-module"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := task.Bundle(ctx, st, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, _, err := d.EnsureTaskImage(ctx, tk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rollout := testenv.HostName("channel") + "." + strings.ReplaceAll(t.Name(), "/", ".")
-	id, err := d.Start(ctx, sandbox.ContainerName(rollout, 1), img, sandbox.TaskLimits(tk.Config), sandbox.TaskEnv(tk.Config),
-		map[string]string{sandbox.LabelRollout: rollout, sandbox.LabelCampaign: "unit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Remove(context.Background(), id) })
+	sb := testenv.StartTaskSandbox(t, d, filepath.Join(testenv.RepoRoot(), "examples/tb2/inventory-module"), "channel")
+	tk, st, ref, id := sb.Task, sb.Store, sb.Ref, sb.ID
 	sol, err := task.TarBytes(tk.Dir, "solution", "solution/")
 	if err != nil {
 		t.Fatal(err)

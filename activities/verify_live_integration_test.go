@@ -14,7 +14,6 @@ import (
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/steptime"
-	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
@@ -39,31 +38,8 @@ type liveRig struct {
 
 func newLiveRig(t *testing.T) *liveRig {
 	d := testenv.Docker(t)
-	ctx := context.Background()
-	tk, err := task.Load(filepath.Join(testenv.RepoRoot(), liveTask))
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := task.Bundle(ctx, st, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, _, err := d.EnsureTaskImage(ctx, tk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rollout := testenv.HostName("live") + "." + strings.ReplaceAll(t.Name(), "/", ".")
-	name := sandbox.ContainerName(rollout, 1)
-	id, err := d.Start(ctx, name, img, sandbox.TaskLimits(tk.Config), sandbox.TaskEnv(tk.Config),
-		map[string]string{sandbox.LabelRollout: rollout, sandbox.LabelCampaign: "unit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Remove(context.Background(), id) })
+	sb := testenv.StartTaskSandbox(t, d, filepath.Join(testenv.RepoRoot(), liveTask), "live")
+	tk, st, ref, id, name := sb.Task, sb.Store, sb.Ref, sb.ID, sb.Name
 	return &liveRig{t: t, d: d, a: &activities.Activities{Docker: d, Store: st, TaskCache: t.TempDir()}, tk: tk, ref: ref, id: id, name: name}
 }
 

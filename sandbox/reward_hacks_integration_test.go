@@ -15,12 +15,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/t1flow/t1flow/activities"
-	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
 	"github.com/t1flow/t1flow/sandbox"
@@ -40,30 +38,8 @@ type probeRig struct {
 
 func newProbeRig(t *testing.T, taskDir string) *probeRig {
 	d := testenv.Docker(t)
-	ctx := context.Background()
-	tk, err := task.Load(taskDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st, err := store.NewLocal(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref, err := task.Bundle(ctx, st, tk)
-	if err != nil {
-		t.Fatal(err)
-	}
-	img, _, err := d.EnsureTaskImage(ctx, tk, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rollout := testenv.HostName("probe") + "." + strings.ReplaceAll(t.Name(), "/", ".")
-	id, err := d.Start(ctx, sandbox.ContainerName(rollout, 1), img, sandbox.TaskLimits(tk.Config), sandbox.TaskEnv(tk.Config),
-		map[string]string{sandbox.LabelRollout: rollout, sandbox.LabelCampaign: "unit"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { d.Remove(context.Background(), id) })
+	sb := testenv.StartTaskSandbox(t, d, taskDir, "probe")
+	st, ref, id := sb.Store, sb.Ref, sb.ID
 	return &probeRig{t: t, d: d, a: &activities.Activities{Docker: d, Store: st, TaskCache: t.TempDir()}, ref: ref, id: id}
 }
 
