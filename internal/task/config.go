@@ -3,7 +3,6 @@ package task
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -86,8 +85,11 @@ type Artifact struct {
 	Destination string `json:"destination,omitempty"`
 }
 
-// ParseConfig reads task.toml. Unknown keys become warnings: real tasks carry
-// extra metadata, and rejecting them would make t1flow refuse good tasks.
+// ParseConfig reads task.toml. Every Harbor key is classified
+// (harborKeyRules): a key that changes what is verified or how the reward is
+// computed is an error when set; one t1flow cannot honour but can do without
+// is a warning saying what happens instead. Unknown keys are warnings: real
+// tasks carry extra metadata, and rejecting them would refuse good tasks.
 func ParseConfig(file string, b []byte) (Config, []string, Errors) {
 	cfg := Config{
 		AgentTimeoutSec:    DefaultAgentTimeoutSec,
@@ -106,6 +108,7 @@ func ParseConfig(file string, b []byte) (Config, []string, Errors) {
 		}
 		return cfg, nil, Errors{{File: file, Msg: "invalid TOML: " + err.Error()}}
 	}
+	tablesAsLists(raw)
 	p := &parser{file: file, raw: raw}
 	cfg.Version = p.str("version", "")
 	if cfg.Version == "" {
@@ -132,40 +135,10 @@ func ParseConfig(file string, b []byte) (Config, []string, Errors) {
 	cfg.SolutionEnv = p.envMap("solution.env")
 	cfg.DockerImage = p.str("environment.docker_image", "")
 	cfg.Artifacts = p.artifacts("artifacts")
+	p.refused()
 	p.unsupported()
 	p.warnUnknown()
 	return cfg, p.warnings, p.errs
-}
-
-// known lists the keys t1flow reads, plus Harbor keys it accepts without using.
-var known = map[string]bool{
-	"version": true, "schema_version": true, "source": true,
-	"task": true, "task.name": true, "task.description": true, "task.authors": true, "task.keywords": true,
-	"metadata": true,
-	"agent":    true, "agent.timeout_sec": true, "agent.user": true,
-	"verifier": true, "verifier.timeout_sec": true, "verifier.env": true, "verifier.user": true,
-	"environment.memory": true, "environment.storage": true, "environment.workdir": true, "environment.os": true,
-	"environment": true, "environment.build_timeout_sec": true, "environment.cpus": true,
-	"environment.memory_mb": true, "environment.storage_mb": true, "environment.allow_internet": true,
-	"environment.pids_limit": true, "environment.gpus": true, "environment.docker_image": true,
-	"solution": true, "solution.env": true, "environment.env": true, "artifacts": true,
-}
-
-// unsupportedKeys are Harbor keys t1flow reads but cannot honour; each says
-// what happens instead (docs/task-format.md). A task that sets them still
-// runs: none changes what the verifier checks.
-var unsupportedKeys = map[string]string{
-	"environment.mcp_servers":   "MCP servers are not started: the agent gets none (tests do not see them either)",
-	"environment.gpus":          "sandboxes get no GPU",
-	"environment.gpu_types":     "sandboxes get no GPU",
-	"environment.healthcheck":   "no healthcheck runs before the agent starts",
-	"environment.skills_dir":    "skills are not copied for the agent",
-	"environment.network_mode":  "only allow_internet is honoured (true: a bridge network, else none)",
-	"environment.allowed_hosts": "no allowlist: the sandbox has no network unless allow_internet = true",
-	"agent.network_mode":        "the network is the environment's for every phase",
-	"agent.allowed_hosts":       "the network is the environment's for every phase",
-	"verifier.network_mode":     "the sealed verifier runs with the environment's network",
-	"verifier.allowed_hosts":    "the sealed verifier runs with the environment's network",
 }
 
 type parser struct {
@@ -278,38 +251,6 @@ func (p *parser) boolean(key string, def bool) bool {
 		return b
 	}
 	return def
-}
-
-// warnUnknown lists keys outside the known set. [metadata] is free-form.
-func (p *parser) warnUnknown() {
-	var walk func(prefix string, m map[string]any)
-	walk = func(prefix string, m map[string]any) {
-		keys := make([]string, 0, len(m))
-		for k := range m {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			full := k
-			if prefix != "" {
-				full = prefix + "." + k
-			}
-			if full == "metadata" || strings.HasPrefix(full, "verifier.env.") || strings.HasPrefix(full, "solution.env.") || strings.HasPrefix(full, "environment.env.") {
-				continue
-			}
-			if _, ok := unsupportedKeys[full]; ok {
-				continue // warned about by unsupported
-			}
-			if !known[full] {
-				p.warnings = append(p.warnings, fmt.Sprintf("%s: unknown key %s (ignored)", p.file, full))
-				continue
-			}
-			if sub, ok := m[k].(map[string]any); ok && full != "verifier.env" && full != "solution.env" && full != "environment.env" {
-				walk(full, sub)
-			}
-		}
-	}
-	walk("", p.raw)
 }
 
 func fmtNum(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

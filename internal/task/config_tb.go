@@ -6,7 +6,6 @@ import (
 	"path"
 	"regexp"
 	"slices"
-	"sort"
 	"strings"
 )
 
@@ -94,6 +93,7 @@ func (p *parser) artifacts(key string) []Artifact {
 		case map[string]any:
 			a.Source, _ = v["source"].(string)
 			a.Destination, _ = v["destination"].(string)
+			p.artifactKeys(key, field, v)
 		default:
 			p.fail(field, fmt.Sprintf("= %v must be a path or a {source, destination} table", x))
 			continue
@@ -114,20 +114,18 @@ func (p *parser) artifacts(key string) []Artifact {
 	return out
 }
 
-// unsupported warns, naming the key, about every Harbor key t1flow reads but
-// cannot honour, and what happens instead.
-func (p *parser) unsupported() {
-	keys := make([]string, 0, len(unsupportedKeys))
-	for k := range unsupportedKeys {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	for _, k := range keys {
-		v, ok := p.lookup(k)
-		if !ok || isZero(v) {
-			continue
+// artifactKeys warns about an artifacts entry's keys that t1flow does not
+// honour (harborKeyRules' "artifacts.*") and those it does not know.
+func (p *parser) artifactKeys(key, field string, entry map[string]any) {
+	for _, k := range slices.Sorted(maps.Keys(entry)) {
+		r, ok := harborKeyRules[key+"."+k]
+		switch {
+		case !ok:
+			p.warnings = append(p.warnings, fmt.Sprintf("%s: unknown key %s.%s (ignored)", p.file, field, k))
+		case r.class != Warned || isZero(entry[k]) || k == "service" && entry[k] == "main":
+		default:
+			p.warnings = append(p.warnings, fmt.Sprintf("%s: %s.%s is not supported (%s)", p.file, field, k, r.why))
 		}
-		p.warnings = append(p.warnings, fmt.Sprintf("%s: %s is not supported (%s)", p.file, k, unsupportedKeys[k]))
 	}
 }
 
