@@ -110,6 +110,9 @@ func Load(dir string) (*Task, error) {
 	} else if img := t.Config.DockerImage; img != "" {
 		t.Warnings = append(t.Warnings, baseWarnings(cfgPath+": environment.docker_image", "FROM "+img)...)
 	}
+	cw, cerrs := checkCompose(dir)
+	t.Warnings = append(t.Warnings, cw...)
+	errs = append(errs, cerrs...)
 	if len(errs) > 0 {
 		return nil, errs
 	}
