@@ -284,8 +284,9 @@ func (d *Docker) sealAndBound(ctx context.Context, img string, lim Limits, hc *c
 	return nil
 }
 
-// hostConfig confines a sandbox: its limits, no network unless allowed, and
-// only the capabilities tasks need.
+// hostConfig confines a sandbox: its limits, no network unless allowed, only
+// the capabilities tasks need, and no process reaching into another
+// (SecurityOpt).
 func hostConfig(lim Limits) *container.HostConfig {
 	cpus := min(lim.CPUs, float64(runtime.NumCPU()))
 	pids := lim.Pids
@@ -304,7 +305,7 @@ func hostConfig(lim Limits) *container.HostConfig {
 		},
 		CapDrop:     []string{"ALL"},
 		CapAdd:      sandboxCaps,
-		SecurityOpt: []string{"no-new-privileges"},
+		SecurityOpt: SecurityOpt(),
 	}
 }
 

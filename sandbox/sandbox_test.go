@@ -57,8 +57,10 @@ func TestSandboxIsolationAndLimits(t *testing.T) {
 	if len(hc.Binds) != 0 || len(hc.Mounts) != 1 || hc.Mounts[0].Target != sandbox.ToolchainMount || !hc.Mounts[0].ReadOnly || hc.Privileged {
 		t.Errorf("host paths or privilege inside the sandbox: %v %v %v", hc.Binds, hc.Mounts, hc.Privileged)
 	}
-	if !strings.Contains(strings.Join(hc.SecurityOpt, ","), "no-new-privileges") {
-		t.Errorf("security opts %v", hc.SecurityOpt)
+	// no-new-privileges, and a seccomp profile of the sandbox's own
+	// (TestSandboxDeniesPtrace tries what it takes away).
+	if opts := strings.Join(hc.SecurityOpt, ","); !strings.Contains(opts, "no-new-privileges") || !strings.Contains(opts, "seccomp=") {
+		t.Errorf("security opts %.200s", opts)
 	}
 	for _, l := range []string{sandbox.LabelRollout, sandbox.LabelCreated, sandbox.LabelCampaign} {
 		if ins.Config.Labels[l] == "" {

@@ -234,7 +234,8 @@ func readFile(t *testing.T, p string) string {
 }
 
 // sandbox starts a container the way the activities do (no network, caps
-// dropped, no-new-privileges) plus the toolchain mount.
+// dropped, no-new-privileges, the sandbox's seccomp profile) plus the
+// toolchain mount.
 func (r *rig) sandbox(img string) string {
 	r.t.Helper()
 	return r.sandboxOn(img, "none")
@@ -252,7 +253,7 @@ func (r *rig) sandboxOn(img, network string) string {
 		NetworkMode: container.NetworkMode(network),
 		CapDrop:     []string{"ALL"},
 		CapAdd:      []string{"CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "SETGID", "SETUID", "SETPCAP", "NET_BIND_SERVICE", "SYS_CHROOT", "AUDIT_WRITE", "MKNOD"},
-		SecurityOpt: []string{"no-new-privileges"},
+		SecurityOpt: sandbox.SecurityOpt(),
 		Mounts:      []mount.Mount{r.tc.Mount()},
 	}, nil, nil, "")
 	if err != nil {

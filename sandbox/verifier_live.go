@@ -27,7 +27,8 @@ import (
 //     localhost is the service's), but its own pid, mount and IPC
 //     namespaces, so no agent process can see, signal, trace or write into
 //     the verifier's processes or files; the same limits, capabilities,
-//     no-new-privileges and read-only toolchain as the sandbox;
+//     security options (SecurityOpt) and read-only toolchain as the
+//     sandbox;
 //  4. the sealed verifier (ToolchainRunCmd) runs there as it would in the
 //     sandbox, and RemoveLiveVerifier (also called by Remove) deletes the
 //     container and the snapshot.
@@ -107,10 +108,11 @@ type LiveVerifier struct {
 
 // StartLiveVerifier snapshots the frozen sandbox ins (FreezeForVerifier,
 // tamper check done), thaws it, and starts the verifier's container from the
-// snapshot. The sandbox's toolchain mount, resources (CPUs, memory, pids),
-// capabilities and security options are the verifier's too; its writable
-// layer gets VerifierHeadroomMB where the daemon enforces sizes. On error
-// nothing is left but the sandbox (thawed).
+// snapshot. The sandbox's toolchain mount, resources (CPUs, memory, pids)
+// and capabilities are the verifier's too, and so are a sandbox's security
+// options (SecurityOpt); its writable layer gets VerifierHeadroomMB
+// where the daemon enforces sizes. On error nothing is left but the sandbox
+// (thawed).
 func (d *Docker) StartLiveVerifier(ctx context.Context, ins container.InspectResponse, thaw func(context.Context) error) (lv LiveVerifier, err error) {
 	id := ins.ID
 	defer func() {
@@ -163,7 +165,7 @@ func (d *Docker) StartLiveVerifier(ctx context.Context, ins container.InspectRes
 		},
 		CapDrop:     ins.HostConfig.CapDrop,
 		CapAdd:      ins.HostConfig.CapAdd,
-		SecurityOpt: ins.HostConfig.SecurityOpt,
+		SecurityOpt: SecurityOpt(), // not ins's: a sandbox older than its seccomp profile has none
 		Mounts:      []mount.Mount{*tc},
 	}
 	if ins.HostConfig.StorageOpt["size"] != "" {
