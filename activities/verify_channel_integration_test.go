@@ -68,9 +68,10 @@ if not _os.path.exists("/tmp/.probe-started"):
 // evidence), and the sealed pytest is not dumpable: a process of the
 // agent's, root like it but without CAP_SYS_PTRACE, can list its
 // descriptors but neither open nor read one, nor its environment, through
-// /proc. What it can still
-// reach is test.sh's shell's descriptor 61; a runner's line it writes
-// there is forged, and the rollout tampered.
+// /proc; test.sh's shell's descriptor 61 is the relay's socket, which /proc
+// does not open again (sandbox.ToolchainRelay). Code inside pytest still
+// holds the channel; a runner's line it writes there without the runner's
+// key is forged, and the rollout tampered.
 func TestVerifyChannelAuthenticatedRunner(t *testing.T) {
 	if !testenv.Required() {
 		t.Skip("integration test: set T1FLOW_INTEGRATION=1")
@@ -95,6 +96,11 @@ for f in /proc/$p/fd/*; do
 done
 [ $n -gt 2 ] && [ $opened = 0 ] && echo "fd denied" >> $out || echo "fd open ($opened of $n)" >> $out
 cat /proc/$p/environ >/dev/null 2>&1 && echo "environ open" >> $out || echo "environ denied" >> $out
+for q in /proc/[0-9]*; do
+  c=$(tr '\0' ' ' < $q/cmdline 2>/dev/null) || continue
+  case $c in "/.t1flow-verifier/bin/bash --norc --noprofile /tests/test.sh"*) b=${q#/proc/};; esac
+done
+[ -n "$b" ] && ! (exec 9>/proc/$b/fd/61) 2>/dev/null && echo "test.sh-fd-61 denied" >> $out || echo "test.sh-fd-61 open" >> $out
 SH`, sandbox.ExecOptions{Timeout: time.Minute, User: "root"})
 		if err != nil {
 			t.Fatal(err)
@@ -107,26 +113,19 @@ SH`, sandbox.ExecOptions{Timeout: time.Minute, User: "root"})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := strings.Fields(res.Output); strings.Join(got, " ") != "fd denied environ denied" {
+		if got := strings.Fields(res.Output); strings.Join(got, " ") != "fd denied environ denied test.sh-fd-61 denied" {
 			t.Fatalf("the agent's process on the sealed pytest's /proc: %q", res.Output)
 		}
 	})
 	t.Run("forged", func(t *testing.T) {
-		d, a, ref, id := channelRig(t, probeOnce)
-		_, err := d.Exec(context.Background(), id, `cat > /app/.probe.sh <<'SH'
-for p in /proc/[0-9]*; do
-  c=$(tr '\0' ' ' < $p/cmdline 2>/dev/null) || continue
-  case $c in */bash" --norc --noprofile /tests/test.sh"*) b=${p#/proc/};; esac
-done
-echo '{"ev":"session-start","pid":1}' > /proc/$b/fd/61
-echo '{"ev":"session-finish","pid":1,"exitstatus":0}' > /proc/$b/fd/61
-SH`, sandbox.ExecOptions{Timeout: time.Minute, User: "root"})
-		if err != nil {
-			t.Fatal(err)
-		}
+		_, a, ref, id := channelRig(t, `import os as _os, sys as _sys
+if not _os.path.exists("/tmp/.forged"):
+    open("/tmp/.forged", "w").close()
+    _os.write(_sys.t1flow_channel, b'{"ev":"session-start","pid":1}\n{"ev":"session-finish","pid":1,"exitstatus":0}\n')
+`)
 		vr, _ := verifyWithChannel(t, a, ref, id)
 		if len(vr.Tampered) == 0 || vr.Tampered[0].Kind != "forged" {
-			t.Fatalf("lines forged on test.sh's descriptor 61: tampered %v", vr.Tampered)
+			t.Fatalf("runner lines forged from inside pytest: tampered %v", vr.Tampered)
 		}
 	})
 }

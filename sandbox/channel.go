@@ -11,15 +11,16 @@ import (
 	"strings"
 )
 
-// ToolchainChannelFD is the descriptor test.sh inherits that leads to the
-// verifier exec's standard output, read by the host: the sealed Python's
-// guard (sitecustomize) takes it, and it and the t1flow_mark pytest plugin
-// report there what the runner saw. Nothing in the sandbox's filesystem
-// holds what is written there. Every process that holds the descriptor (test.sh's
-// bash and what it runs) can write there too, and any process of the same
-// user can open it again through /proc/<pid>/fd of a process that holds it:
-// so the plugin authenticates its lines (ChannelKey), and the host believes a
-// runner's event only from a line it authenticated.
+// ToolchainChannelFD is the descriptor test.sh inherits that leads, through
+// the relay (ToolchainRelay), to the verifier exec's standard output, read
+// by the host: the sealed Python's guard (sitecustomize) takes it, and it
+// and the t1flow_mark pytest plugin report there what the runner saw.
+// Nothing in the sandbox's filesystem holds what is written there. Every
+// process that holds the descriptor (test.sh's bash and what it runs) can
+// write there too: so the plugin authenticates its lines (ChannelKey), and
+// the host believes a runner's event only from a line it authenticated. It
+// is a socket, so no other process can open it again through
+// /proc/<pid>/fd of one that holds it.
 const ToolchainChannelFD = 61
 
 // RunnerChannel is what the runner reported over the channel.

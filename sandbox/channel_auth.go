@@ -42,10 +42,11 @@ var channelP, _ = new(big.Int).SetString("FFFFFFFFFFFFFFFFC90FDAA22168C234C4C662
 //
 // What it does not stop: code that runs inside a runner process (the
 // solution module the tests import) can use the process's own key, as it
-// can do anything the runner does; and a process that reaches the channel
+// can do anything the runner does; and a process that holds the channel
 // can start a source of its own (a whole pytest session of its own tests),
-// as the host's share is public. That needs the channel kept from every
-// process but the runners (docs/verification.md).
+// as the host's share is public. So the channel is kept from every process
+// but those test.sh starts: a socket from a non-dumpable relay
+// (ToolchainRelay), which /proc cannot open again (docs/verification.md).
 type ChannelKey struct {
 	priv, pub *big.Int
 }

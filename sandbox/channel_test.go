@@ -68,8 +68,9 @@ func TestRunnerChannelAuthenticated(t *testing.T) {
 		t.Errorf("unresolved: %q", why)
 	}
 
-	// Plain lines in the runner's form, as a process that opened
-	// /proc/<test.sh's bash>/fd/61 writes them: not believed, and evidence.
+	// Plain lines in the runner's form, as a process that holds the channel
+	// (one test.sh starts, code inside pytest) writes them: not believed,
+	// and evidence.
 	forged := append(append([]string{}, lines...),
 		`{"ev":"report","nodeid":"test_outputs.py::test_b","when":"call","outcome":"passed"}`,
 		`{"ev":"report","nodeid":"test_outputs.py::test_forged_0","when":"call","outcome":"passed"}`,

@@ -94,9 +94,10 @@ const ToolchainReady = "t1flow-verifier-ready"
 // empties /tests, verifierDir and the scratch directory, moves the tests
 // copied into stage (ToolchainStage) to /tests, changes to
 // workDir (the image's WORKDIR; "" is /), writes ToolchainReady on stdout,
-// and then execs verify (ToolchainVerifyCmd) with its stdout joined to
-// stderr and the exec's stdout kept as descriptor ToolchainChannelFD, the
-// runner's report channel (ParseRunnerChannel). The ready line therefore
+// and then execs the channel relay (ToolchainRelay), which runs verify
+// (ToolchainVerifyCmd) with its stdout joined to stderr and, as descriptor
+// ToolchainChannelFD, a socket whose lines the relay passes on to the exec's
+// stdout: the runner's report channel (ParseRunnerChannel). The ready line therefore
 // comes first: without it the preparation failed, and the results
 // directory may still hold what the agent left. Run it as root, with Env ToolchainExecEnv,
 // in /.
@@ -127,9 +128,19 @@ func ToolchainRunCmd(verifierDir, stage, workDir, user string, verify []string) 
 		`echo "t1flow: the verifier's group $g (verifier.user, else the image's USER) is not in the sandbox's /etc/group: tests/test.sh did not run" >&2; exit 4; fi; ` +
 		`chown -- "$n:$g" ` + places + ` || exit 1; ` +
 		`set -- setpriv --reuid="$n" --regid="$g" "$gs" -- "$@"; fi; ` +
-		`exec "$@" ` + strconv.Itoa(ToolchainChannelFD) + `>&1 >&2`
+		`exec ` + ToolchainMount + `/bin/python3 -I -S ` + ToolchainRelay + ` "$@" ` + strconv.Itoa(ToolchainChannelFD) + `>&1 >&2`
 	return append(append(toolchainSh(script), workDir, user), verify...)
 }
+
+// ToolchainRelay is the program ToolchainRunCmd hands the channel to (the
+// toolchain's libexec/t1flow_relay.py): it runs as root, non-dumpable, holds
+// the exec's stdout itself, and gives test.sh a socket in its place whose
+// other end only the relay holds, passing on what arrives there. A socket
+// cannot be opened again through /proc/<pid>/fd and the pair has no address,
+// so a process the tests start (test.sh's user, no CAP_SYS_PTRACE) reaches
+// the host through no descriptor of test.sh's bash, timeout or uv, nor of
+// the relay's.
+const ToolchainRelay = ToolchainMount + "/libexec/t1flow_relay.py"
 
 // VerifierUser is who runs tests/test.sh, as Harbor picks it: the task's
 // verifier.user, else the image's USER (ImageUser), else root; "" for root,

@@ -15,8 +15,8 @@ Every line it writes is authenticated: the process draws a secret of its own,
 agrees a key with the host by Diffie-Hellman against the host's public share
 (T1VERIFY_CHANNEL_KEY, sandbox.ChannelKey) and MACs each line with it and a
 sequence number, so a line someone else writes on the channel (any process
-that reaches the descriptor, through /proc/<pid>/fd of test.sh's shell) or
-takes off it is told from the runner's. The process also makes itself
+that holds the descriptor: test.sh's shell, what it runs, code in this
+process) is told from the runner's. The process also makes itself
 non-dumpable, so no other process of its user reads its memory or opens
 its descriptors through /proc (the sandbox has no CAP_SYS_PTRACE)."""
 import os

@@ -8,8 +8,9 @@ It always seals imports (_t1flow_seal_imports: no directory of the agent's
 shadows a module of the standard library's or the runner's, or names a
 pytest plugin through a distribution's entry points). Only when the
 verifier hands this process its report channel
-(T1FLOW_CHANNEL_FD, an inherited pipe to the host, outside every file in the
-sandbox) does it guard: it takes the channel (a private,
+(T1FLOW_CHANNEL_FD, an inherited socket to the verifier's relay, which
+passes its lines on to the host, outside every file in the sandbox) does it
+guard: it takes the channel (a private,
 non-inheritable copy; the variable and the inherited descriptor are
 dropped, so programs the tests start never get it) and installs a PEP 578
 audit hook, which Python code cannot remove. The hook writes evidence to the
@@ -164,7 +165,10 @@ def _t1flow_guard():
         inherited = int(fd_name)
         import stat
 
-        if not stat.S_ISFIFO(os.fstat(inherited).st_mode):
+        # A socket from the relay (sandbox.ToolchainRelay); a pipe where
+        # something runs the guard without it.
+        mode = os.fstat(inherited).st_mode
+        if not (stat.S_ISSOCK(mode) or stat.S_ISFIFO(mode)):
             return
         fd = os.dup(inherited)  # non-inheritable (PEP 446)
         os.close(inherited)
