@@ -50,8 +50,8 @@ var VerifySteps = []string{StepFetchTask, StepInspect, StepKill, StepTamperCheck
 // snapshotted and left serving, and the tests run in a container of their
 // own made from the snapshot, on the sandbox's network
 // (Docker.StartLiveVerifier). A verifier that crashes, times out, writes
-// nothing or whose test runner never started is a VerifierError, never a
-// reward of 0.
+// nothing or whose test runner never started is a VerifierError, scored 0
+// once retried, unless its host failed under it (verify_failure.go).
 func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, error) {
 	if a.Sleep > 0 {
 		return a.sleepVerify(ctx)
@@ -114,7 +114,8 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		}
 		defer remove()
 	}
-	return a.runAndJudge(ctx, in, t, ins, vr)
+	vr, err = a.runAndJudge(ctx, in, t, ins, vr)
+	return vr, a.hostFailedUnder(ctx, in, err)
 }
 
 // runAndJudge runs tests/test.sh sealed in the checked sandbox (or its live
@@ -266,7 +267,7 @@ func (a *Activities) freezeForLive(ctx context.Context, ins container.InspectRes
 // runSealed copies the task's tests into a fresh staging directory and runs
 // ToolchainRunCmd: in one exec, the verifier's places are emptied, the tests
 // moved to /tests and test.sh run sealed (cmd) as user. A run that never said it was
-// ready did not start test.sh: what /logs/verifier holds then is not its.
+// ready did not start test.sh (prepareFailed): what /logs/verifier holds then is not its.
 // The rest of the exec's stdout is the runner's report channel, read with
 // key (the one whose share cmd hands the runner).
 func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task, workDir, user string, cmd []string, timeout time.Duration, key *sandbox.ChannelKey) (sandbox.ExecResult, sandbox.RunnerChannel, error) {
@@ -290,7 +291,7 @@ func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task
 	}
 	ready, channel, _ := strings.Cut(stdout.String(), "\n")
 	if ready != sandbox.ToolchainReady {
-		return er, sandbox.RunnerChannel{}, errs.Infraf("prepare the verifier in %s: exit %d: %s", in.Sandbox.Name, er.ExitCode, er.Output)
+		return er, sandbox.RunnerChannel{}, prepareFailed(in.Sandbox.Name, workDir, er)
 	}
 	return er, sandbox.ParseRunnerChannelKeyed([]byte(channel), stdout.Total()-int64(len(ready))-1, key), nil
 }

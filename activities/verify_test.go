@@ -2,11 +2,16 @@ package activities_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/internal/testenv"
@@ -47,5 +52,51 @@ echo planted`
 	}
 	if vr.Format != "junit" || vr.Passed != 0 || vr.Total != 5 {
 		t.Fatalf("planted results leaked into the verdict: %+v", vr)
+	}
+}
+
+// TestVerifierOfAStoppedSandboxIsNotTheAgents: a sandbox killed while its
+// tests run (a daemon restart, the host) leaves test.sh with no results, as
+// an agent's fifo or deleted tool would; but it is the host's failure, so
+// SandboxGone (a fresh sandbox, unscored), never the VerifierError a rollout
+// scores at 0. Before, it was a VerifierError.
+func TestVerifierOfAStoppedSandboxIsNotTheAgents(t *testing.T) {
+	d := testenv.Docker(t)
+	ctx := context.Background()
+	st, _ := store.NewLocal(t.TempDir())
+	tk, err := task.Load("../workflows/testdata/tasks/partial-solution")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := task.Bundle(ctx, st, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &activities.Activities{Docker: d, Store: st, Host: testenv.HostName("unit"), TaskCache: t.TempDir()}
+	cs, err := a.CreateSandbox(ctx, activities.CreateSandboxInput{Task: ref, RolloutID: testenv.HostName("unit") + ".stopped." + tk.ID, SandboxAttempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.DestroySandbox(context.Background(), activities.DestroyInput{Sandbox: cs.Sandbox}) })
+	id := cs.Sandbox.ContainerID
+	// The tests hang on the fifo until the sandbox is killed under them.
+	if res, err := d.Exec(ctx, id, "mkdir -p /app/out && mkfifo /app/out/a.txt && echo planted", sandbox.ExecOptions{Timeout: 10 * time.Second}); err != nil || !strings.Contains(res.Output, "planted") {
+		t.Fatalf("plant: %v %q", err, res.Output)
+	}
+	go func() {
+		for range 600 {
+			top, err := d.Client.ContainerTop(ctx, id, nil)
+			if err == nil && strings.Contains(fmt.Sprint(top.Processes), "test_outputs.py") { // pytest runs
+				d.Client.ContainerKill(ctx, id, "KILL")
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	_, err = a.Verify(ctx, activities.VerifyInput{Sandbox: activities.Sandbox{ContainerID: id, Name: "x"}, Task: ref, TimeoutSec: 60})
+	t.Logf("verify: %v", err)
+	var ae *temporal.ApplicationError
+	if !errors.As(err, &ae) || ae.Type() != errs.SandboxGone {
+		t.Fatalf("verifier of a sandbox killed under it: %v; want SandboxGone (the host's failure, not the agent's 0)", err)
 	}
 }

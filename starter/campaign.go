@@ -215,12 +215,15 @@ func printStatus(w io.Writer, s workflows.CampaignStatus, wid string) {
 	if s.Carried+s.CarriedDropped > 0 {
 		fmt.Fprintf(w, "  oversampling: %d rollouts carried to the next step, %d carried rollouts cancelled with a failed step\n", s.Carried, s.CarriedDropped)
 	}
-	tampered := 0
+	tampered, verifierErrors := 0, 0
 	for _, r := range s.Recent {
-		tampered += r.Tampered
+		tampered, verifierErrors = tampered+r.Tampered, verifierErrors+r.VerifierErrors
 	}
 	if tampered > 0 {
 		fmt.Fprintf(w, "  tampered %d in the recent steps (trained on at reward 0)\n", tampered)
+	}
+	if verifierErrors > 0 {
+		fmt.Fprintf(w, "  verifier_error %d in the recent steps (test.sh hung, crashed or wrote nothing in the agent's sandbox: trained on at reward 0)\n", verifierErrors)
 	}
 	if s.Checkpoint != "" {
 		fmt.Fprintf(w, "  latest checkpoint %s (compare: starter eval --pool POOL --checkpoint %s:init,%s:latest --wait)\n", s.Checkpoint, s.Name, s.Name)

@@ -170,3 +170,13 @@ func TestReportShowsOversampling(t *testing.T) {
 		t.Fatalf("html does not show oversampling:\n%s", h)
 	}
 }
+
+// Status counts the recent steps' verifier errors, which trained at reward
+// 0, as it counts tampering.
+func TestStatusCountsVerifierErrorsTrainedAtZero(t *testing.T) {
+	var out strings.Builder
+	printStatus(&out, workflows.CampaignStatus{Name: "demo", Recent: []workflows.StepRecord{{Step: 1, VerifierErrors: 2}, {Step: 2, VerifierErrors: 1}}}, "campaign/demo")
+	if !strings.Contains(out.String(), "verifier_error 3 in the recent steps") {
+		t.Errorf("status does not count the verifier errors trained at 0:\n%s", out.String())
+	}
+}

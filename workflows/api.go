@@ -35,15 +35,19 @@ var HostWait = DefaultHostWaitSec * time.Second
 
 // Rollout outcomes (the Outcome search attribute).
 const (
-	OutcomeResolved      = "resolved"       // every assertion passed
-	OutcomeUnresolved    = "unresolved"     // the agent did not solve it: a normal outcome
-	OutcomeVerifierError = "verifier_error" // verifier broke, retries exhausted: not scored
-	OutcomeInfraError    = "infra_error"    // sandboxes kept failing: not scored
-	OutcomeTaskInvalid   = "task_invalid"   // the task itself is broken: not scored
-	OutcomeAborted       = "aborted"        // e.g. routing missing, retries exhausted: not scored
+	OutcomeResolved    = "resolved"     // every assertion passed
+	OutcomeUnresolved  = "unresolved"   // the agent did not solve it: a normal outcome
+	OutcomeInfraError  = "infra_error"  // sandboxes kept failing: not scored
+	OutcomeTaskInvalid = "task_invalid" // the task itself is broken: not scored
+	OutcomeAborted     = "aborted"      // e.g. routing missing, retries exhausted: not scored
 	// OutcomeTampered: the agent changed what verification depends on
 	// (docs/verification.md). Scored, at reward 0: behaviour to train away.
 	OutcomeTampered = "tampered"
+	// OutcomeVerifierError: test.sh timed out, crashed or wrote no results
+	// in the agent's sandbox, retries exhausted. Scored, at reward 0: the
+	// agent's state can cause it (a fifo the tests read, a tool deleted).
+	// Unscored in histories from before GetVersion verifier-error-scored.
+	OutcomeVerifierError = "verifier_error"
 )
 
 // How the agent phase ended.
@@ -118,7 +122,7 @@ type RolloutResult struct {
 	Attempt    int     `json:"attempt"`
 	Outcome    string  `json:"outcome"`
 	AgentEnd   string  `json:"agent_end,omitempty"`
-	Scored     bool    `json:"scored"` // false: infra, verifier or task failure; not a reward of 0
+	Scored     bool    `json:"scored"` // false: infra or task failure, aborted; not a reward of 0
 	Reward     float64 `json:"reward"`
 	Passed     int     `json:"passed"`
 	Total      int     `json:"total"`
@@ -221,7 +225,7 @@ type Group struct {
 }
 
 // Summary aggregates a sweep. The headline ResolvedRate is Harbor's: over
-// every rollout, an unscored one (infra, verifier or task failure, aborted)
+// every rollout, an unscored one (infra or task failure, aborted)
 // counted as 0; Unscored says how many those are and ScoredResolvedRate is
 // the rate over the scored alone. MeanReward (T1's passing / S) is over the
 // scored; HarborMeanReward is Harbor's mean, a missing reward counted as 0.

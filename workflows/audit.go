@@ -82,7 +82,7 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 	toRun := func(i int) audit.Run {
 		r := rolloutOutcome(ctx, futs[i], RolloutInput{CampaignID: campaign, Task: in.Task})
 		results[i] = r
-		return audit.Run{Scored: r.Scored, Resolved: r.Resolved, Passed: r.Passed, Total: r.Total, Outcome: r.Outcome}
+		return auditRun(r)
 	}
 	runs := audit.Runs{Oracle: []audit.Run{toRun(0), toRun(1)}, Nop: toRun(2)}
 	for i, m := range st.Static.Mutants {
@@ -122,6 +122,13 @@ func AuditWorkflow(ctx workflow.Context, in AuditInput) (audit.Verdict, error) {
 	workflow.UpsertTypedSearchAttributes(ctx, sas...)
 	workflow.SetCurrentDetails(ctx, fmt.Sprintf("score %.3f, kept %v, hard rejects %v", v.Score, v.Kept, v.HardRejects))
 	return v, nil
+}
+
+// auditRun is a rollout as the audit judges it. A verifier that failed is an
+// agent's 0 (verifier-error-scored), but of the reference or a probe it says
+// the verifier is broken: a run the audit could not judge, as before.
+func auditRun(r RolloutResult) audit.Run {
+	return audit.Run{Scored: r.Scored && r.Outcome != OutcomeVerifierError, Resolved: r.Resolved, Passed: r.Passed, Total: r.Total, Outcome: r.Outcome}
 }
 
 // AuditSweepInput audits a set of tasks and keeps the good ones.

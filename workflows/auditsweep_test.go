@@ -101,3 +101,37 @@ func TestAuditSweepInputNamesTheFieldAtFault(t *testing.T) {
 		}
 	}
 }
+
+// TestAuditKeepsNoTaskWhoseVerifierFails: a reference solution whose
+// verifier failed (verifier_error, scored 0 for an agent since
+// verifier-error-scored) says the task's verifier is broken, not that the
+// reference scored 0; the audit judges it as before, a run it could not
+// judge (the infra flag), and keeps no such task. Read as a scored 0, a
+// clean, hard task whose verifier always hangs scored 0.8 and was kept.
+func TestAuditKeepsNoTaskWhoseVerifierFails(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterActivity(&activities.Activities{})
+	Register(env)
+	steps := []string{"a", "b", "c", "d", "e", "f"}
+	env.OnActivity(act.AuditStatic, mock.Anything, mock.Anything).Return(activities.AuditStaticResult{
+		Static: audit.Static{Clarity: 1, Steps: steps, CheckedPaths: []string{"/app/out"}},
+		Info:   audit.TaskInfo{Name: "hangs", ID: testTask.ID, Difficulty: "hard"}}, nil)
+	env.OnWorkflow(RolloutWorkflow, mock.Anything, mock.Anything).Return(func(ctx workflow.Context, rin RolloutInput) (RolloutResult, error) {
+		if rin.Stage == "audit-oracle" {
+			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeVerifierError, Scored: true, Error: "VerifierError: tests/test.sh timed out after 600s"})
+		}
+		return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeUnresolved, Scored: true, Total: 5})
+	})
+	env.ExecuteWorkflow(AuditWorkflow, AuditInput{RunID: "r", Task: testTask})
+	var v audit.Verdict
+	if err := env.GetWorkflowError(); err != nil {
+		t.Fatal(err)
+	}
+	if err := env.GetWorkflowResult(&v); err != nil {
+		t.Fatal(err)
+	}
+	if v.Kept || !strings.Contains(fmt.Sprint(v.Flags), "infra") {
+		t.Fatalf("kept %v (score %v), flags %v: a task whose reference's verifier failed must not be kept", v.Kept, v.Score, v.Flags)
+	}
+}

@@ -279,3 +279,11 @@ func rotate(urls []string, k int) []string {
 	k %= len(urls)
 	return append(append([]string{}, urls[k:]...), urls[:k]...)
 }
+
+// took counts a sample whose outcome counted after retries starts.
+func (c *BatchCounts) took(retries int) {
+	for len(c.Retries) <= retries {
+		c.Retries = append(c.Retries, 0)
+	}
+	c.Retries[retries]++
+}

@@ -364,7 +364,7 @@ func StepScalars(s StepRecord) map[string]float64 {
 	out := map[string]float64{
 		"rollout/reward_mean": s.RewardMean, "rollout/resolved_rate": s.ResolvedRate, "rollout/mean_turns": s.MeanTurns,
 		"rollout/trained": float64(s.Trained), "rollout/aborted": float64(s.Aborted), "rollout/failed": float64(s.Failed),
-		"rollout/stale": float64(s.Stale), "rollout/tampered": float64(s.Tampered),
+		"rollout/stale": float64(s.Stale), "rollout/tampered": float64(s.Tampered), "rollout/verifier_errors": float64(s.VerifierErrors),
 	}
 	if s.MaxStaleness > 0 {
 		// Trained rollouts by how many versions behind the step's policy they were sampled.

@@ -25,7 +25,7 @@ import (
 // (exception_info.exception_type) and `starter eval --resume -f` filters them.
 const (
 	ErrorInfra          = "InfraError"                 // infra_error
-	ErrorVerifier       = "VerifierError"              // verifier_error
+	ErrorVerifier       = "VerifierError"              // verifier_error (scored 0)
 	ErrorTaskInvalid    = "TaskInvalid"                // task_invalid
 	ErrorRoutingMissing = "RoutingMissing"             // aborted
 	ErrorAgentTimeout   = "AgentTimeoutError"          // scored; the agent ran out of time
@@ -37,8 +37,11 @@ var ErrorTypes = []string{ErrorInfra, ErrorVerifier, ErrorTaskInvalid, ErrorRout
 
 // DefaultResumeErrorTypes are rerun when a resume names none: the errors a
 // rerun can cure. A task_invalid task fails the same way again, and a scored
-// rollout keeps its score unless asked for.
-var DefaultResumeErrorTypes = []string{ErrorInfra, ErrorVerifier, ErrorRoutingMissing}
+// rollout keeps its score unless asked for: a verifier_error too (scored 0
+// since GetVersion verifier-error-scored; Harbor's resume keeps its
+// VerifierTimeoutError trials), or a rerun would let a rollout that hung its
+// verifier try again.
+var DefaultResumeErrorTypes = []string{ErrorInfra, ErrorRoutingMissing}
 
 // ErrorType is r's error type, "" for a rollout that ended without one.
 func (r RolloutResult) ErrorType() string {

@@ -17,6 +17,7 @@ func TestErrorTypeOfEachOutcome(t *testing.T) {
 	}{
 		{RolloutResult{Outcome: OutcomeInfraError}, ErrorInfra},
 		{RolloutResult{Outcome: OutcomeVerifierError}, ErrorVerifier},
+		{RolloutResult{Outcome: OutcomeVerifierError, Scored: true}, ErrorVerifier},
 		{RolloutResult{Outcome: OutcomeTaskInvalid}, ErrorTaskInvalid},
 		{RolloutResult{Outcome: OutcomeAborted}, ErrorRoutingMissing},
 		{RolloutResult{Outcome: OutcomeUnresolved, Scored: true, AgentEnd: AgentEndTimeout}, ErrorAgentTimeout},
@@ -31,6 +32,11 @@ func TestErrorTypeOfEachOutcome(t *testing.T) {
 	for _, typ := range DefaultResumeErrorTypes {
 		if CheckErrorTypes([]string{typ}) != nil {
 			t.Errorf("default %s is not a known type", typ)
+		}
+		// A verifier_error is scored 0: a default resume keeps it, as
+		// Harbor's keeps a VerifierTimeoutError (-f VerifierError reruns it).
+		if typ == ErrorVerifier {
+			t.Errorf("a default resume reruns %s: a rollout that hung its verifier would get another try", typ)
 		}
 	}
 }

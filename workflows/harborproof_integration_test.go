@@ -227,9 +227,10 @@ func verifierUserVariant(t *testing.T, user string) string {
 
 // TestUnknownVerifierUserIsVerifierError: a verifier.user whose user the
 // sandbox's /etc/passwd, or whose named group its /etc/group, does not know
-// is not a reward of 0: test.sh never runs and the rollout is unscored
-// (verifier_error), saying which user or group (not chown's "invalid
-// group"). A named group it knows runs test.sh as that user.
+// (the task's mistake, or the agent's: it may edit both) keeps test.sh from
+// running: a verifier_error, scored 0 (GetVersion verifier-error-scored),
+// saying which user or group (not chown's "invalid group"). A named group it
+// knows runs test.sh as that user.
 func TestUnknownVerifierUserIsVerifierError(t *testing.T) {
 	r := newRig(t, true)
 	for _, c := range []struct{ user, want string }{
@@ -249,8 +250,8 @@ func TestUnknownVerifierUserIsVerifierError(t *testing.T) {
 			}
 			continue
 		}
-		if ro.Outcome != workflows.OutcomeVerifierError || ro.Scored || !strings.Contains(ro.Error, c.want) {
-			t.Errorf("verifier.user %s: %s (scored %v): %s", c.user, ro.Outcome, ro.Scored, ro.Error)
+		if ro.Outcome != workflows.OutcomeVerifierError || !ro.Scored || ro.Reward != 0 || !strings.Contains(ro.Error, c.want) {
+			t.Errorf("verifier.user %s: %s (scored %v, reward %v): %s", c.user, ro.Outcome, ro.Scored, ro.Reward, ro.Error)
 		}
 	}
 }

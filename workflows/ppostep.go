@@ -31,7 +31,8 @@ type StepRecord struct {
 	// re-routed on a prefix-cache miss); RerouteTrajectories counts those with any.
 	Rerouted            int     `json:"rerouted"`
 	RerouteTrajectories int     `json:"reroute_trajectories"`
-	Tampered            int     `json:"tampered"` // trained on, at reward 0
+	Tampered            int     `json:"tampered"`                  // trained on, at reward 0
+	VerifierErrors      int     `json:"verifier_errors,omitempty"` // trained on, at reward 0 (verifier-error-scored)
 	RewardMean          float64 `json:"reward_mean"`
 	ResolvedRate        float64 `json:"resolved_rate"` // share of the trained rollouts whose every assertion passed
 	MeanTurns           float64 `json:"mean_turns"`
@@ -191,6 +192,9 @@ type BatchCounts struct {
 	// Staleness[k] counts the trained rollouts whose oldest segment was
 	// sampled k weight versions behind the batch's (ppo.max_staleness > 0).
 	Staleness []int `json:"staleness,omitempty"`
+	// VerifierErrors: in the batch at reward 0, test.sh having hung, crashed
+	// or written nothing in the agent's sandbox after its retries.
+	VerifierErrors int `json:"verifier_errors,omitempty"`
 	// Oversampling only (RolloutBatch.Need > 0): see StepRecord.
 	CarriedIn     int   `json:"carried_in,omitempty"`
 	CarriedStale  int   `json:"carried_stale,omitempty"`
@@ -307,13 +311,6 @@ func collectRetrying(ctx workflow.Context, b RolloutBatch, stage string, step in
 	return out, nil
 }
 
-func (c *BatchCounts) took(retries int) {
-	for len(c.Retries) <= retries {
-		c.Retries = append(c.Retries, 0)
-	}
-	c.Retries[retries]++
-}
-
 func (c *collected) add(r RolloutResult, b RolloutBatch) {
 	c.Rollouts++
 	if b.Need > 0 || len(b.Carried) > 0 {
@@ -335,8 +332,11 @@ func (c *collected) add(r RolloutResult, b RolloutBatch) {
 			}
 			c.Staleness[behind]++
 		}
-		if r.Outcome == OutcomeTampered {
+		switch r.Outcome {
+		case OutcomeTampered:
 			c.Tampered++
+		case OutcomeVerifierError:
+			c.VerifierErrors++
 		}
 		for _, t := range append([]store.Ref{*r.Trajectory}, r.Segments...) {
 			// A handoff's contexts are samples of their own, each on the context its sampler saw.
@@ -411,7 +411,7 @@ func (p *ppoStep) run(ctx workflow.Context) (StepRecord, error) {
 		return StepRecord{}, err
 	}
 	rec := StepRecord{Step: in.Step, PolicyVersion: in.Version, Rollouts: col.Rollouts, Trained: col.Trained, Aborted: col.Aborted, Failed: col.Failed, Stale: col.Stale,
-		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0),
+		Rerouted: col.Rerouted, RerouteTrajectories: col.RerouteTrajs, Tampered: col.Tampered, VerifierErrors: col.VerifierErrors, Retries: col.Retries, RetriesMax: max(len(col.Retries)-1, 0),
 		MaxStaleness: in.MaxStaleness, Staleness: col.Staleness, Ahead: in.Ahead,
 		Carried: len(col.carried), CarriedIn: col.CarriedIn, CarriedStale: col.CarriedStale, Dropped: col.Dropped,
 		TurnsTrained: col.TurnsTrained, TurnsFinished: col.TurnsFinished, CarriedRollouts: col.carried}

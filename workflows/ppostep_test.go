@@ -36,6 +36,8 @@ type stepRig struct {
 	batch    []gpu.TrajectoryRef // what the trainer got inline
 	// unresolved, when set, says which rollouts earn reward 0 (else 1).
 	unresolved func(RolloutInput) bool
+	// result, when set and not nil for a rollout, is its result.
+	result func(RolloutInput) *RolloutResult
 }
 
 var otherTask = task.Ref{ID: "fedcba9876543210", Name: "other", Bundle: testTask.Bundle}
@@ -53,6 +55,9 @@ func newStepRig(t *testing.T, aborted func(RolloutInput) bool) *stepRig {
 		v := []string{"v0"}
 		if r.versions != nil {
 			v = r.versions(rin)
+		}
+		if r.result != nil && r.result(rin) != nil {
+			return mockedRollout(ctx, rin, *r.result(rin))
 		}
 		if r.unresolved != nil && r.unresolved(rin) {
 			return mockedRollout(ctx, rin, RolloutResult{Outcome: OutcomeUnresolved, Scored: true, Trajectory: &traj, PolicyVersions: v})
@@ -253,6 +258,49 @@ func TestPPOStepUnderTheRewardFloorIsNotTrainedOn(t *testing.T) {
 		want := fmt.Sprintf("mean reward %.3f on 4 trained rollouts (%d resolved), under the floor %.3f (collapse_share 0.1 of step 2's 0.700; its checkpoint c-e-step-0002)", float64(4-c.zeros)/4, 4-c.zeros, c.floor)
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %v: want it to say %q", err, want)
+		}
+	}
+}
+
+// TestPPOStepTrainsOnVerifierFailuresAtZero: a policy rollout whose verifier
+// kept failing in its sandbox (the real RolloutWorkflow, Verify failing with
+// a VerifierError on every try) is scored 0 and trains: in the batch at
+// reward 0, counted as a verifier error, not as left out. Before
+// verifier-error-scored it was left out as failed, so at max_failed_share 0
+// the step refused its batch: an agent that hangs its verifier is never
+// trained on its failure and stalls training.
+func TestPPOStepTrainsOnVerifierFailuresAtZero(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	traj := store.Ref{URI: "file:///hung", SHA256: "cd", Bytes: 1}
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+	env.OnActivity(act.FinishEpisode, mock.Anything, mock.Anything).Return(activities.EpisodeResult{Trajectory: &traj, PolicyVersions: []string{"v0"}}, nil)
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(activities.VerifyResult{}, errs.Verifierf("tests/test.sh timed out after 5s (verifier.timeout_sec)"))
+	in := stepIn(testTask, otherTask)
+	hung := runRollout(t, env, RolloutInput{CampaignID: "c", Stage: "ppo", Step: 1, Task: testTask, Attempt: 1, Agent: in.Agent, TurnCap: 1, S: 20})
+	if hung.Outcome != OutcomeVerifierError || !hung.Scored || hung.Reward != 0 || hung.Trajectory == nil {
+		t.Errorf("the hung rollout: %s, scored %v, reward %v, trajectory %v: want a scored 0 with its trajectory", hung.Outcome, hung.Scored, hung.Reward, hung.Trajectory)
+	}
+
+	r := newStepRig(t, func(RolloutInput) bool { return false })
+	r.result = func(rin RolloutInput) *RolloutResult {
+		if rin.Task.ID != testTask.ID {
+			return nil
+		}
+		return &hung
+	}
+	in.MaxFailedShare = 0
+	rec, err := r.run(t, in)
+	if err != nil {
+		t.Fatalf("the step refused its batch: %v", err)
+	}
+	if rec.Trained != 2 || rec.Failed != 0 || rec.VerifierErrors != 1 || r.trained != 2 || rec.RewardMean != 0.5 {
+		t.Fatalf("trained %d (trainer got %d), failed %d, verifier errors %d, mean reward %v: want both trained, the hung one at 0",
+			rec.Trained, r.trained, rec.Failed, rec.VerifierErrors, rec.RewardMean)
+	}
+	for _, b := range r.batch {
+		if b.Trajectory.URI == traj.URI && b.Reward != 0 {
+			t.Errorf("the hung rollout trains at reward %v, want 0", b.Reward)
 		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -11,8 +12,10 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/t1flow/t1flow/activities"
 	"github.com/t1flow/t1flow/internal/errs"
@@ -223,21 +226,70 @@ func TestTaskInvalidStopsAtOnce(t *testing.T) {
 	require.Contains(t, res.Error, "environment/Dockerfile")
 }
 
-func TestVerifierErrorIsNotRewardZero(t *testing.T) {
+// TestVerifierFailureIsScoredZero: a verifier that still fails after its
+// retries in the agent's sandbox (test.sh timed out, crashed or wrote no
+// results: a fifo where the tests read, a deleted tool, cause each) is scored
+// at 0, as Harbor grades it, and counts once as a scored 0. Before
+// verifier-error-scored it was left unscored: an agent that could not solve a
+// task could turn its 0 into no sample at all.
+func TestVerifierFailureIsScoredZero(t *testing.T) {
 	f := &fakeSandbox{}
 	env := newEnv(t, f)
 	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
 	var verifies atomic.Int32
 	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(func(context.Context, activities.VerifyInput) (activities.VerifyResult, error) {
 		verifies.Add(1)
-		return activities.VerifyResult{}, errs.Verifierf("no results in /logs/verifier")
+		return activities.VerifyResult{}, errs.Verifierf("tests/test.sh timed out after 5s (verifier.timeout_sec); output tail:\n...")
 	})
 	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
 	require.Equal(t, OutcomeVerifierError, res.Outcome)
-	require.False(t, res.Scored)
+	require.True(t, res.Scored, "the agent's sandbox made its verifier fail: a 0, not a rollout left out")
 	require.Zero(t, res.Reward)
+	require.False(t, res.Resolved)
+	require.Contains(t, res.Error, "VerifierError: tests/test.sh timed out after 5s")
 	require.EqualValues(t, 3, verifies.Load(), "a verifier error is retried first")
-	require.Equal(t, []string{"sb-1"}, f.destroyed)
+	require.Equal(t, []string{"sb-1"}, f.destroyed, "retried in the agent's sandbox, not a fresh one")
+	s := Summarize([]RolloutResult{res})
+	require.Equal(t, 1, s.Scored)
+	require.Zero(t, s.Unscored)
+	require.Zero(t, s.ResolvedRate)
+	require.Equal(t, 1, s.Outcomes[OutcomeVerifierError])
+}
+
+// A history from before verifier-error-scored replays as it ran: unscored.
+func TestVerifierFailureBeforeTheVersionIsUnscored(t *testing.T) {
+	f := &fakeSandbox{}
+	env := newEnv(t, f)
+	env.OnGetVersion("verifier-error-scored", workflow.DefaultVersion, 1).Return(workflow.DefaultVersion)
+	env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+	env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(activities.VerifyResult{}, errs.Verifierf("no results in /logs/verifier"))
+	res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+	require.Equal(t, OutcomeVerifierError, res.Outcome)
+	require.False(t, res.Scored)
+}
+
+// TestVerifyInfraFailureIsNotScored: the host failing under the verifier is
+// not the agent's 0. Docker failing (InfraError) or the sandbox gone is
+// retried, then a fresh sandbox; a last try that timed out (its host lost)
+// is too, though the server keeps an earlier try's VerifierError as the
+// timeout's cause. Exhausted, each is an unscored infra_error.
+func TestVerifyInfraFailureIsNotScored(t *testing.T) {
+	for name, fail := range map[string]error{
+		"InfraError":  errs.Infraf("run tests/test.sh in sb: reading exec output: connection reset by peer"),
+		"SandboxGone": errs.SandboxGonef("sb stopped under its verifier (tests/test.sh exited 137: no results)"),
+		"host lost":   temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_HEARTBEAT, errs.Verifierf("tests/test.sh timed out after 5s")),
+	} {
+		f := &fakeSandbox{}
+		env := newEnv(t, f)
+		env.OnActivity(act.AgentTurn, mock.Anything, mock.Anything).Return(f.turn)
+		env.OnActivity(act.Verify, mock.Anything, mock.Anything).Return(activities.VerifyResult{}, fail)
+		res := runRollout(t, env, rolloutInput(activities.AgentSpec{Kind: activities.AgentOracle}))
+		if res.Outcome != OutcomeInfraError || res.Scored || res.SandboxAttempts != DefaultSandboxAttempts || len(f.destroyed) != DefaultSandboxAttempts ||
+			strings.HasPrefix(res.Error, "VerifierError") {
+			t.Errorf("%s: %s (scored %v) after %d sandboxes, %d destroyed: want an unscored infra_error after %d fresh sandboxes (%s)",
+				name, res.Outcome, res.Scored, res.SandboxAttempts, len(f.destroyed), DefaultSandboxAttempts, res.Error)
+		}
+	}
 }
 
 func TestTamperedIsScoredZeroWithEvidence(t *testing.T) {

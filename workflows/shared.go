@@ -145,6 +145,22 @@ func errorType(err error) string {
 	return ""
 }
 
+// lastFailedAs reports whether an activity's last try failed with an
+// application error of type typ. errorType looks through a timeout to an
+// earlier try's failure (the server keeps it as the timeout's cause); this
+// does not: a last try that timed out failed as a timeout.
+func lastFailedAs(err error, typ string) bool {
+	for ; err != nil; err = errors.Unwrap(err) {
+		switch e := err.(type) {
+		case *temporal.TimeoutError:
+			return false
+		case *temporal.ApplicationError:
+			return e.Type() == typ
+		}
+	}
+	return false
+}
+
 func oneLine(err error) string {
 	var ae *temporal.ApplicationError
 	msg := err.Error()

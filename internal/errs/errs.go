@@ -12,7 +12,7 @@ import (
 const (
 	Infra          = "InfraError"     // retried; never scored as reward 0
 	RoutingMissing = "RoutingMissing" // R3 routing absent or invalid
-	Verifier       = "VerifierError"  // verifier crashed, timed out, wrote no results
+	Verifier       = "VerifierError"  // verifier crashed, timed out, wrote no results: retried, then scored 0
 	TaskInvalid    = "TaskInvalid"    // the task itself is broken: non-retryable
 	// SandboxGone is an InfraError that the same sandbox cannot fix.
 	SandboxGone = "SandboxGone"
@@ -62,7 +62,9 @@ func TaskInvalidf(format string, args ...any) error {
 	return newf(TaskInvalid, false, format, args)
 }
 
-// Verifierf is a verifier failure: retried, then recorded, never reward 0.
+// Verifierf is a verifier failure in the agent's sandbox, whose state can
+// cause it: retried, then scored at reward 0 (as Harbor grades a verifier
+// timeout). The host failing under the verifier is Infraf or SandboxGonef.
 func Verifierf(format string, args ...any) error {
 	return newf(Verifier, true, format, args)
 }

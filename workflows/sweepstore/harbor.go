@@ -127,7 +127,9 @@ func harborTrial(r workflows.RolloutResult, agent activities.AgentSpec, source s
 			t.ExceptionMessage = "agent phase ended: " + r.AgentEnd
 		}
 	}
-	if r.Scored {
+	// A verifier_error (scored 0 here) is Harbor's verifier timeout: its
+	// exception and no valid reward, which Harbor's Mean counts as 0.
+	if r.Scored && r.Outcome != workflows.OutcomeVerifierError {
 		v := workflows.HarborRewardOf(r)
 		t.Reward = &v
 		if _, one := r.HarborRewards["reward"]; len(r.HarborRewards) > 1 || len(r.HarborRewards) == 1 && !one {

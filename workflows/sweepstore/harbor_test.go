@@ -104,6 +104,17 @@ func TestHarborTrialKeepsNamedRewards(t *testing.T) {
 	}
 }
 
+// A verifier_error, scored 0 in t1flow's own table, is exported as Harbor
+// records a verifier timeout: its exception and no reward, which Harbor's
+// Mean counts as 0 and its pass@k leaves out.
+func TestHarborTrialOfAVerifierErrorHasNoReward(t *testing.T) {
+	tr := harborTrial(workflows.RolloutResult{Name: "hangs", TaskID: "cccccccccccc", Attempt: 1, Scored: true, Outcome: workflows.OutcomeVerifierError,
+		Error: "VerifierError: tests/test.sh timed out after 5s"}, activities.AgentSpec{Kind: activities.AgentOracle}, "")
+	if tr.Reward != nil || tr.RewardDict() != nil || tr.ExceptionType != workflows.ErrorVerifier || tr.ExceptionMessage == "" {
+		t.Errorf("verifier_error trial: reward %v, rewards %v, exception %q %q: want Harbor's verifier timeout, no reward", tr.Reward, tr.RewardDict(), tr.ExceptionType, tr.ExceptionMessage)
+	}
+}
+
 // A policy rollout's steps carry the tokens it sampled and their
 // log-probs, one run of generated positions per turn, and Harbor's ATIF
 // model takes them.
