@@ -48,9 +48,11 @@ func benchRST(ctx context.Context, c client.Client, st store.Store, nSeeds, roun
 	synthWall := time.Since(t0)
 	t1 := time.Now()
 	var aud workflows.AuditSweepResult
-	if err := execWait(ctx, c, "auditsweep/"+run, workflows.AuditSweepWorkflow, workflows.AuditSweepInput{
-		RunID: run + "-audit", Tasks: syn.Tasks, Concurrency: 3,
-	}, &aud); err != nil {
+	ain := workflows.AuditSweepInput{RunID: run + "-audit", Tasks: syn.Tasks, Concurrency: 3}
+	if syn.TaskManifest != nil { // every accepted task, listed inline or not
+		ain.Tasks, ain.TaskManifest = nil, syn.TaskManifest
+	}
+	if err := execWait(ctx, c, "auditsweep/"+run, workflows.AuditSweepWorkflow, ain, &aud); err != nil {
 		return "", err
 	}
 	auditWall := time.Since(t1)

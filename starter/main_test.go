@@ -214,12 +214,18 @@ func TestSynthAndAuditCommands(t *testing.T) {
 	t.Setenv("TEMPORAL_ADDRESS", srv.Address)
 	t.Setenv("T1FLOW_STORE", dir)
 
+	// The three seeds go to the sweep as a stored manifest, as a set over
+	// InlineTaskLimit does.
+	inline := InlineTaskLimit
+	InlineTaskLimit = 2
 	code, out, stderr, err := starter(t, "synth", "--seeds", "../examples/seeds", "--rounds", "1", "--per-seed", "1", "--pool", "rst", "--json", "--concurrency", "3")
+	InlineTaskLimit = inline
 	if code != 0 || err != nil {
 		t.Fatalf("synth: %d %v\n%s", code, err, stderr)
 	}
 	var syn struct {
-		Synthesized int `json:"synthesized"`
+		WorkflowID  string `json:"workflow_id"`
+		Synthesized int    `json:"synthesized"`
 		Tasks       []struct {
 			Name, Seed, Parent string
 			Round              int
@@ -227,6 +233,10 @@ func TestSynthAndAuditCommands(t *testing.T) {
 	}
 	if err := json.Unmarshal([]byte(out), &syn); err != nil || syn.Synthesized != 3 || len(syn.Tasks) != 3 || syn.Tasks[0].Round != 1 || syn.Tasks[0].Parent == "" {
 		t.Fatalf("synth json: %v\n%s", err, out)
+	}
+	var sin workflows.SynthSweepInput
+	if err := startInput(t, c, syn.WorkflowID, &sin); err != nil || len(sin.Seeds) != 0 || sin.SeedManifest == nil {
+		t.Errorf("the synth sweep started with %d seeds inline and manifest %v (%v); want a manifest", len(sin.Seeds), sin.SeedManifest, err)
 	}
 	code, out, _, _ = starter(t, "tasks", "list", "--pool", "rst")
 	if code != 0 || strings.Count(out, "\n") != 4 {

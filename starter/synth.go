@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/store"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/workflows"
@@ -75,6 +76,9 @@ func synthCmd(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	id := freshID(runID("synth", refIDs(seeds), f.rounds, f.perSeed, f.rngSeed, f.maxVar, f.spec, f.pool), f.fresh)
 	in := workflows.SynthSweepInput{RunID: id, Seeds: seeds, PerSeed: f.perSeed, Rounds: f.rounds, MaxVariations: f.maxVar,
 		RNGSeed: f.rngSeed, Synth: f.spec, Concurrency: f.concurrency, Pool: f.pool}
+	if in.SeedManifest, err = largeManifest(ctx, st, "synth/"+ids.Clean(id)+"/seeds.json", id, &in.Seeds); err != nil {
+		return err
+	}
 	l := launch{"synthsweep/" + id, fmt.Sprintf("RST: %d seeds × %d chains × %d rounds into %s", len(seeds), f.perSeed, f.rounds, f.pool), workflows.SynthSweepWorkflow, in}
 	return followRun(ctx, st, l, "chains done", f.asJSON, &synthRun{id: id, pool: f.pool}, stdout, stderr)
 }

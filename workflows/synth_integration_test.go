@@ -136,19 +136,53 @@ func continuedRuns(t *testing.T, c client.Client, id, run string) int {
 	}
 }
 
+// The sweep runs its two chains a page of one at a time and continues as
+// new after the first (synth-sweep-windowed). Every accepted round is a valid
+// task, the same seeds and RNG seed give the same tasks, and a sweep started
+// again under the same run reads the completed chains instead of running
+// them twice.
 func TestSynthesizedTasksAreValidAndReproducible(t *testing.T) {
+	defer func(n int) { workflows.SynthPageSize = n }(workflows.SynthPageSize)
+	workflows.SynthPageSize = 1
 	r := newRig(t, true)
 	seeds := r.load(t, "../examples/seeds/line-count")
-	synthRun := func(runID string) workflows.SynthSweepResult {
+	ctx := context.Background()
+	synthRun := func(wid, runID string) (workflows.SynthSweepResult, string) {
+		run, err := r.c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: wid, TaskQueue: ids.ControlQueue}, workflows.SynthSweepWorkflow,
+			workflows.SynthSweepInput{RunID: runID, Seeds: seeds, PerSeed: 2, Rounds: 1, RNGSeed: 11, Pool: "synth-" + runID, ContinueEvery: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := run.GetRunID() // Get follows continue-as-new, and the run it ends on
+		wctx, cancel := context.WithTimeout(ctx, 15*time.Minute)
+		defer cancel()
 		var res workflows.SynthSweepResult
-		r.run(t, workflows.SynthSweepWorkflow, "synthsweep/"+runID, workflows.SynthSweepInput{
-			RunID: runID, Seeds: seeds, PerSeed: 1, Rounds: 2, RNGSeed: 11, Pool: "synth-" + runID,
-		}, &res, 15*time.Minute)
-		return res
+		if err := run.Get(wctx, &res); err != nil {
+			t.Fatalf("%s: %v", wid, err)
+		}
+		if runs := continuedRuns(t, r.c, wid, first); runs != 2 {
+			t.Errorf("%s ran in %d runs, want 2 (continue_every 1 of 2 chains)", wid, runs)
+		}
+		return res, first
 	}
-	a := synthRun(fmt.Sprintf("s1-%d", time.Now().UnixNano()))
-	if a.Summary.Synthesized != 2 || len(a.Tasks) != 2 || a.Summary.AddedToPool != 2 {
-		t.Fatalf("synthesis: %+v", a.Summary)
+	aID := fmt.Sprintf("s1-%d", time.Now().UnixNano())
+	a, first := synthRun("synthsweep/"+aID, aID)
+	recordRun(t, r.c, "synthsweep/"+aID, first, "testdata/synthsweep_windowed.json")
+	recordHistory(t, r.c, "synthsweep/"+aID, "testdata/synthsweep_windowed_after_continue.json")
+	if a.Summary.Synthesized != 2 || a.Summary.Chains != 2 || len(a.Tasks) != 2 || a.Summary.AddedToPool != 2 || a.TaskManifest == nil {
+		t.Fatalf("synthesis: %+v, %d tasks, manifest %v", a.Summary, len(a.Tasks), a.TaskManifest)
+	}
+	for n := 0; n < 2; n++ {
+		var chunk []workflows.SynthesisResult
+		if ref, err := r.st.Lookup(ctx, workflows.SynthChunkKey(aID, n)); err != nil || store.GetJSON(ctx, r.st, ref, &chunk) != nil || len(chunk) != 1 || chunk[0].Chain != n {
+			t.Errorf("chain chunk %d: %+v (%v), want chain %d", n, chunk, err, n)
+		}
+	}
+	var rep workflows.SynthReport
+	var listed task.Pool
+	if store.GetJSON(ctx, r.st, a.Report, &rep) != nil || len(rep.Chains) != 2 || rep.Summary.Synthesized != 2 ||
+		store.GetJSON(ctx, r.st, *a.TaskManifest, &listed) != nil || taskIDs(listed.Tasks) != taskIDs(a.Tasks) {
+		t.Fatalf("report %+v, task manifest %+v", rep, listed)
 	}
 	// Every accepted round is a valid Harbor task that the oracle resolves and nop does not.
 	oracle := r.report(t, r.startSweep(t, workflows.EvalSweepInput{Tasks: a.Tasks, Agent: activities.AgentSpec{Kind: activities.AgentOracle}}), 10*time.Minute)
@@ -157,7 +191,7 @@ func TestSynthesizedTasksAreValidAndReproducible(t *testing.T) {
 		t.Fatalf("oracle %+v / nop %+v", oracle.Summary, nop.Summary)
 	}
 	for _, ref := range a.Tasks {
-		tk, err := task.Fetch(context.Background(), r.st, ref, t.TempDir())
+		tk, err := task.Fetch(ctx, r.st, ref, t.TempDir())
 		if err != nil {
 			t.Fatalf("%s is not a valid task: %v", ref.Name, err)
 		}
@@ -166,10 +200,29 @@ func TestSynthesizedTasksAreValidAndReproducible(t *testing.T) {
 			t.Errorf("%s: solution not lengthened", ref.Name)
 		}
 	}
-	// The same seed and RNG seed give the same tasks.
-	b := synthRun(fmt.Sprintf("s2-%d", time.Now().UnixNano()))
+	// The same seeds and RNG seed give the same tasks.
+	bID := fmt.Sprintf("s2-%d", time.Now().UnixNano())
+	b, _ := synthRun("synthsweep/"+bID, bID)
 	if taskIDs(a.Tasks) != taskIDs(b.Tasks) {
 		t.Fatalf("same seeds, different tasks: %s vs %s", taskIDs(a.Tasks), taskIDs(b.Tasks))
+	}
+	// A sweep started again under a's run finds both chains completed: their
+	// starts are refused and their results read, no candidate is tried again.
+	rollouts := func() int64 {
+		resp, err := r.c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowType = 'RolloutWorkflow' AND CampaignID STARTS_WITH '%s-'", ids.Clean(aID))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	before := rollouts()
+	again, _ := synthRun("synthsweep/"+aID+"-again", aID)
+	if taskIDs(again.Tasks) != taskIDs(a.Tasks) || again.Summary.Synthesized != 2 || again.Summary.AddedToPool != 0 {
+		t.Errorf("the sweep started again: %+v, tasks %s; want a's tasks, none new to the pool", again.Summary, taskIDs(again.Tasks))
+	}
+	if after := rollouts(); after != before || before < 4 {
+		t.Errorf("rollouts of run %s: %d before the sweep started again, %d after; want no new one", aID, before, after)
 	}
 }
 

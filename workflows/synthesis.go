@@ -195,8 +195,12 @@ const ChainFailedPrefix = "chain failed: "
 
 // SynthSweepInput is seeds × chains, then the accepted tasks into a pool.
 type SynthSweepInput struct {
-	RunID         string               `json:"run_id"`
-	Seeds         []task.Ref           `json:"seeds"`
+	RunID string     `json:"run_id"`
+	Seeds []task.Ref `json:"seeds"`
+	// SeedManifest is a stored task.Pool holding the seeds instead (give one
+	// of the two); inline seeds are moved to synth/<run>/seeds.json in the
+	// first run of a windowed sweep.
+	SeedManifest  *store.Ref           `json:"seed_manifest,omitempty"`
 	PerSeed       int                  `json:"per_seed"`
 	Rounds        int                  `json:"rounds"`
 	MaxVariations int                  `json:"max_variations"`
@@ -204,6 +208,11 @@ type SynthSweepInput struct {
 	Synth         activities.SynthSpec `json:"synth"`
 	Concurrency   int                  `json:"concurrency"`
 	Pool          string               `json:"pool"`
+	// ContinueEvery is how many chains a run starts before it continues as
+	// new (0: DefaultContinueEvery).
+	ContinueEvery int `json:"continue_every,omitempty"`
+	// Window is what a run hands the next; callers leave it nil.
+	Window *SynthWindow `json:"window,omitempty"`
 }
 
 // SynthSummary aggregates a sweep.
@@ -220,6 +229,44 @@ type SynthSummary struct {
 	AddedToPool    int            `json:"added_to_pool"`
 }
 
+// NewSynthSummary is the summary of a sweep of seeds before any chain.
+func NewSynthSummary(seeds int) SynthSummary {
+	return SynthSummary{Seeds: seeds, Rejected: map[string]int{}, Categories: map[string]int{}, SolutionLength: map[string]int{}}
+}
+
+// Add counts one chain in the summary.
+func (s *SynthSummary) Add(c SynthesisResult) {
+	s.Chains++
+	s.Synthesized += len(c.Accepted)
+	s.Variations += len(c.Accepted) + len(c.Rejected)
+	if strings.HasPrefix(c.Stopped, ChainFailedPrefix) {
+		s.Failed++
+	} else if c.Stopped != "" {
+		s.Stopped++
+	}
+	for _, r := range c.Rejected {
+		s.Rejected[r.Class]++
+	}
+	for _, a := range c.Accepted {
+		for _, cat := range a.Categories {
+			s.Categories[cat]++
+		}
+		s.SolutionLength[fmt.Sprintf("%d extra steps", a.Round)]++
+	}
+}
+
+// AcceptedTasks are the tasks of the chains' accepted rounds, by name.
+func AcceptedTasks(chains []SynthesisResult) []task.Ref {
+	var tasks []task.Ref
+	for _, c := range chains {
+		for _, a := range c.Accepted {
+			tasks = append(tasks, a.Task)
+		}
+	}
+	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Name < tasks[j].Name })
+	return tasks
+}
+
 // SynthReport is the sweep's stored report.
 type SynthReport struct {
 	RunID   string            `json:"run_id"`
@@ -228,22 +275,33 @@ type SynthReport struct {
 	Chains  []SynthesisResult `json:"chains"`
 }
 
-// SynthSweepResult is small: the summary and the report's claim check.
+// SynthSweepResult is small: the summary and the report's claim check. The
+// accepted tasks are inline (Tasks) up to SynthInlineTasks of them, and
+// since synth-sweep-windowed also stored as a task.Pool (TaskManifest, nil
+// when none was accepted), which an audit sweep takes as its task_manifest.
 type SynthSweepResult struct {
-	Summary SynthSummary `json:"summary"`
-	Report  store.Ref    `json:"report"`
-	Tasks   []task.Ref   `json:"tasks"`
+	Summary      SynthSummary `json:"summary"`
+	Report       store.Ref    `json:"report"`
+	Tasks        []task.Ref   `json:"tasks"`
+	TaskManifest *store.Ref   `json:"task_manifest,omitempty"`
 }
 
 // SynthSweepWorkflow runs a SynthesisWorkflow per (seed, chain) with bounded
-// concurrency, then adds every accepted round to the pool.
+// concurrency and adds every accepted round to the pool. Since GetVersion
+// synth-sweep-windowed it reads its seeds a page at a time from a manifest,
+// stores its chains' results in chunks and continues as new (synthsweep.go):
+// a sweep of any size. Histories from before replay the one-run sweep below.
 func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepResult, error) {
-	if in.PerSeed <= 0 {
-		in.PerSeed = 1
+	if workflow.GetVersion(ctx, "synth-sweep-windowed", workflow.DefaultVersion, 1) == 1 {
+		return synthSweepWindowed(ctx, in)
 	}
-	if in.Concurrency <= 0 {
-		in.Concurrency = 2
-	}
+	return synthSweepInline(ctx, in)
+}
+
+// synthSweepInline is the sweep in one run: every seed, child and chain
+// result in its input, history and memory (a few thousand chains at most).
+func synthSweepInline(ctx workflow.Context, in SynthSweepInput) (SynthSweepResult, error) {
+	in.defaults()
 	if len(in.Seeds) == 0 || in.Pool == "" {
 		return SynthSweepResult{}, temporal.NewNonRetryableApplicationError("synth sweep: seeds and pool are required", errs.BadInput, nil)
 	}
@@ -268,15 +326,13 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 				WorkflowID: ids.SynthesisWorkflowID(in.RunID, seed.ID, j.chain), TaskQueue: ids.ControlQueue,
 				StaticSummary: fmt.Sprintf("RST on %s, chain %d", seed.Name, j.chain),
 			})
-			return workflow.ExecuteChildWorkflow(cctx, SynthesisWorkflow, SynthesisInput{
-				RunID: in.RunID, Seed: seed, Chain: j.chain, Rounds: in.Rounds, MaxVariations: in.MaxVariations, RNGSeed: in.RNGSeed, Synth: in.Synth,
-			})
+			return workflow.ExecuteChildWorkflow(cctx, SynthesisWorkflow, in.chainInput(seed, j.chain))
 		},
 		func(i int, f workflow.Future) {
 			prog.Done++
 			var r SynthesisResult
 			if err := f.Get(ctx, &r); err != nil {
-				r = SynthesisResult{Seed: in.Seeds[jobs[i].seed], Chain: jobs[i].chain, Stopped: ChainFailedPrefix + oneLine(err)}
+				r = failedChain(in.Seeds[jobs[i].seed], jobs[i].chain, err)
 			}
 			prog.Resolved += len(r.Accepted)
 			chains[i] = r
@@ -284,28 +340,11 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 	if err != nil {
 		return SynthSweepResult{}, err
 	}
-	sum := SynthSummary{Seeds: len(in.Seeds), Chains: len(jobs), Rejected: map[string]int{}, Categories: map[string]int{}, SolutionLength: map[string]int{}}
-	var tasks []task.Ref
+	sum := NewSynthSummary(len(in.Seeds))
 	for _, c := range chains {
-		sum.Synthesized += len(c.Accepted)
-		sum.Variations += len(c.Accepted) + len(c.Rejected)
-		if strings.HasPrefix(c.Stopped, ChainFailedPrefix) {
-			sum.Failed++
-		} else if c.Stopped != "" {
-			sum.Stopped++
-		}
-		for _, r := range c.Rejected {
-			sum.Rejected[r.Class]++
-		}
-		for _, a := range c.Accepted {
-			tasks = append(tasks, a.Task)
-			for _, cat := range a.Categories {
-				sum.Categories[cat]++
-			}
-			sum.SolutionLength[fmt.Sprintf("%d extra steps", a.Round)]++
-		}
+		sum.Add(c)
 	}
-	sort.Slice(tasks, func(i, j int) bool { return tasks[i].Name < tasks[j].Name })
+	tasks := AcceptedTasks(chains)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		TaskQueue: ids.ControlQueue, StartToCloseTimeout: 5 * time.Minute, HeartbeatTimeout: ControlHeartbeat,
 		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 10},
@@ -317,9 +356,35 @@ func SynthSweepWorkflow(ctx workflow.Context, in SynthSweepInput) (SynthSweepRes
 	}
 	out := SynthSweepResult{Summary: sum, Tasks: tasks}
 	err = workflow.ExecuteActivity(actx, act.StoreJSON, activities.StoreJSONInput{
-		Key: "synth/" + ids.Clean(in.RunID) + "/report.json", Value: SynthReport{RunID: in.RunID, Pool: in.Pool, Summary: sum, Chains: chains},
+		Key: SynthReportKey(in.RunID), Value: SynthReport{RunID: in.RunID, Pool: in.Pool, Summary: sum, Chains: chains},
 	}).Get(ctx, &out.Report)
-	workflow.SetCurrentDetails(ctx, fmt.Sprintf("%d tasks synthesized from %d seeds (%d variations, %d rejected); %d added to pool %s",
-		sum.Synthesized, sum.Seeds, sum.Variations, sum.Variations-sum.Synthesized, sum.AddedToPool, in.Pool))
+	workflow.SetCurrentDetails(ctx, synthDetails(sum, in.Pool))
 	return out, err
 }
+
+func (in *SynthSweepInput) defaults() {
+	if in.PerSeed <= 0 {
+		in.PerSeed = 1
+	}
+	if in.Concurrency <= 0 {
+		in.Concurrency = 2
+	}
+}
+
+// chainInput is the input of the sweep's chain on seed.
+func (in SynthSweepInput) chainInput(seed task.Ref, chain int) SynthesisInput {
+	return SynthesisInput{RunID: in.RunID, Seed: seed, Chain: chain, Rounds: in.Rounds, MaxVariations: in.MaxVariations, RNGSeed: in.RNGSeed, Synth: in.Synth}
+}
+
+// failedChain is the result of a chain that failed.
+func failedChain(seed task.Ref, chain int, err error) SynthesisResult {
+	return SynthesisResult{Seed: seed, Chain: chain, Stopped: ChainFailedPrefix + oneLine(err)}
+}
+
+func synthDetails(sum SynthSummary, pool string) string {
+	return fmt.Sprintf("%d tasks synthesized from %d seeds (%d variations, %d rejected); %d added to pool %s",
+		sum.Synthesized, sum.Seeds, sum.Variations, sum.Variations-sum.Synthesized, sum.AddedToPool, pool)
+}
+
+// SynthReportKey is where a synthesis sweep's report is stored.
+func SynthReportKey(run string) string { return "synth/" + ids.Clean(run) + "/report.json" }
