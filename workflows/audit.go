@@ -216,7 +216,7 @@ func auditSweepInline(ctx workflow.Context, in AuditSweepInput) (AuditSweepResul
 	if err := workflow.ExecuteActivity(actx, act.PoolSimilarity, activities.SimilarityInput{Tasks: in.Tasks, Eval: in.Eval, Config: in.Config}).Get(ctx, &sims); err != nil {
 		return AuditSweepResult{}, err
 	}
-	verdicts, err := auditTasks(ctx, in, in.Tasks, sims, &prog)
+	verdicts, err := auditTasks(ctx, in, in.Tasks, sims, false, &prog)
 	if err != nil {
 		return AuditSweepResult{}, err
 	}
@@ -254,16 +254,21 @@ func auditSweepCtx(ctx workflow.Context) workflow.Context {
 
 // auditTasks audits tasks as child AuditWorkflows, at most in.Concurrency at
 // a time, and returns their verdicts in the tasks' order (a child that
-// failed is a verdict flagged audit_failed, not kept).
-func auditTasks(ctx workflow.Context, in AuditSweepInput, tasks []task.Ref, sims map[string]audit.Similarity, prog *Progress) ([]audit.Verdict, error) {
+// failed is a verdict flagged audit_failed, not kept). With reuse
+// (audit-sweep-reuse), an audit that completed under its ID before (a sweep
+// started again) is not run again and one still running is waited for: its
+// verdict is read (startReusing); one that failed is started again.
+func auditTasks(ctx workflow.Context, in AuditSweepInput, tasks []task.Ref, sims map[string]audit.Similarity, reuse bool, prog *Progress) ([]audit.Verdict, error) {
 	verdicts := make([]audit.Verdict, len(tasks))
 	err := slidingWindow(ctx, len(tasks), fixedConcurrency(in.Concurrency), &prog.Running,
 		func(i int) workflow.Future {
 			t := tasks[i]
-			cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-				WorkflowID: ids.AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name,
-			})
-			return workflow.ExecuteChildWorkflow(cctx, AuditWorkflow, AuditInput{RunID: in.RunID, Task: t, Config: in.Config, Similarity: sims[t.ID]})
+			opts := workflow.ChildWorkflowOptions{WorkflowID: ids.AuditWorkflowID(in.RunID, t.ID), TaskQueue: ids.ControlQueue, StaticSummary: "audit " + t.Name}
+			ain := AuditInput{RunID: in.RunID, Task: t, Config: in.Config, Similarity: sims[t.ID]}
+			if reuse {
+				return startReusing[audit.Verdict](ctx, opts, ActivityAuditResult, AuditWorkflow, ain)
+			}
+			return workflow.ExecuteChildWorkflow(workflow.WithChildOptions(ctx, opts), AuditWorkflow, ain)
 		},
 		func(i int, f workflow.Future) {
 			prog.Done++

@@ -28,6 +28,7 @@ import (
 const (
 	ActivityAuditTaskPage    = "AuditTaskPage"
 	ActivityBuildAuditReport = "BuildAuditReport"
+	ActivityAuditResult      = "AuditResult" // a ChildOutcome[audit.Verdict]
 )
 
 // AuditPageSize is how many tasks an audit sweep reads, audits and stores as
@@ -170,7 +171,9 @@ func auditPage(ctx, actx workflow.Context, in *AuditSweepInput, limit int, prog 
 	if err != nil {
 		return err
 	}
-	verdicts, err := auditTasks(ctx, *in, page.Tasks, page.Similarity, prog)
+	// Audits started again keep their verdicts (v1): see auditTasks.
+	reuse := workflow.GetVersion(ctx, "audit-sweep-reuse", workflow.DefaultVersion, 1) == 1
+	verdicts, err := auditTasks(ctx, *in, page.Tasks, page.Similarity, reuse, prog)
 	if err != nil {
 		return err
 	}

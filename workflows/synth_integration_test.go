@@ -40,7 +40,8 @@ func (r *rig) run(t *testing.T, wf any, id string, in any, out any, within time.
 
 // The sweep reads its six tasks two to a page and continues as new after
 // four (audit-sweep-windowed): its verdicts, report and keep pool are the
-// same as in one run.
+// same as in one run. Started again under the same run, it reads the
+// completed audits' verdicts instead of auditing again.
 func TestAuditCatchesEachHardRejectAndKeepsAGoodTask(t *testing.T) {
 	defer func(n int) { workflows.AuditPageSize = n }(workflows.AuditPageSize)
 	workflows.AuditPageSize = 2
@@ -115,6 +116,27 @@ func TestAuditCatchesEachHardRejectAndKeepsAGoodTask(t *testing.T) {
 	p, err := task.LoadPool(context.Background(), r.st, "kept")
 	if err != nil || len(p.Tasks) != 2 || taskNames(p.Tasks) != "good-small-count,good-sum" {
 		t.Fatalf("keep pool: %+v %v", p, err)
+	}
+	// A sweep started again under the same run finds every audit completed:
+	// their starts are refused and their verdicts read (audit-sweep-reuse),
+	// no rollout runs again.
+	rollouts := func() int64 {
+		resp, err := r.c.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowType = 'RolloutWorkflow' AND CampaignID = '%s'", ids.Clean(runID))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.Count
+	}
+	before := rollouts()
+	var again workflows.AuditSweepResult
+	r.run(t, workflows.AuditSweepWorkflow, "auditsweep/"+runID+"-again", workflows.AuditSweepInput{RunID: runID, Tasks: refs, Concurrency: 2,
+		KeepPool: "kept", ContinueEvery: 4}, &again, 15*time.Minute)
+	if again.Summary.Audited != 6 || again.Summary.Kept != 2 || again.Summary.AddedToPool != 0 || strings.Contains(fmt.Sprint(again.Summary.Flags), "audit_failed") {
+		t.Errorf("the sweep started again: %+v; want the same 6 verdicts, 2 kept, none new to the pool, none audit_failed", again.Summary)
+	}
+	if after := rollouts(); after != before || before < 18 {
+		t.Errorf("audit rollouts of run %s: %d before the sweep started again, %d after; want no new one (at least 3 a task)", runID, before, after)
 	}
 }
 

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -64,33 +63,6 @@ type SynthReportInput struct {
 	Chunks  int          `json:"chunks"`
 	Summary SynthSummary `json:"summary"`
 }
-
-// ChainResultInput asks for the result of the synthesis chain WorkflowID,
-// waiting up to WaitSeconds for it to close.
-type ChainResultInput struct {
-	WorkflowID  string  `json:"workflow_id"`
-	WaitSeconds float64 `json:"wait_seconds"`
-}
-
-// ChainOutcome is a chain's result once it closed; Closed without a Result
-// is a chain that failed, was terminated or timed out (Status, Error).
-type ChainOutcome struct {
-	Closed bool             `json:"closed"`
-	Status string           `json:"status,omitempty"`
-	Result *SynthesisResult `json:"result,omitempty"`
-	Error  string           `json:"error,omitempty"`
-}
-
-// ChainPollWait bounds one SynthesisChainResult call; ChainPollEvery is the
-// pause before asking again about a chain still running.
-var (
-	ChainPollWait  = time.Minute
-	ChainPollEvery = 10 * time.Second
-)
-
-// chainStarts is how often a sweep starts one chain whose ID another run
-// holds before it counts the chain failed.
-const chainStarts = 3
 
 // SynthChunkKey is where chain chunk n of a synthesis sweep is stored.
 func SynthChunkKey(run string, n int) string {
@@ -253,63 +225,15 @@ func synthPage(ctx workflow.Context, in *SynthSweepInput, limit int, prog *Progr
 // startChain starts the chain's SynthesisWorkflow and settles with its
 // result. The child's ID is the one-run sweep's (ids.SynthesisWorkflowID),
 // and a chain that completed under it before (a sweep started again after
-// it failed, or reset) is not run again: Temporal refuses the start
-// (ALLOW_DUPLICATE_FAILED_ONLY), and the chain's result is read from the
-// run that holds the ID, waiting for it if it is still running. A chain that
-// failed, was terminated or timed out is started again.
+// it failed, or reset) is not run again: its result is read from the run
+// that holds the ID, waiting for it if it is still running (startReusing).
+// A chain that failed, was terminated or timed out is started again.
 func startChain(ctx workflow.Context, in SynthSweepInput, seed task.Ref, chain int) workflow.Future {
-	wid := ids.SynthesisWorkflowID(in.RunID, seed.ID, chain)
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID: wid, TaskQueue: ids.ControlQueue, StaticSummary: fmt.Sprintf("RST on %s, chain %d", seed.Name, chain),
-		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE_FAILED_ONLY,
-	})
-	f, settle := workflow.NewFuture(ctx)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for start := 1; ; start++ {
-			var r SynthesisResult
-			err := workflow.ExecuteChildWorkflow(cctx, SynthesisWorkflow, in.chainInput(seed, chain)).Get(ctx, &r)
-			if !temporal.IsWorkflowExecutionAlreadyStartedError(err) {
-				settle.Set(r, err)
-				return
-			}
-			held, err := heldChain(ctx, wid)
-			switch {
-			case err != nil:
-				settle.Set(nil, err)
-				return
-			case held != nil:
-				settle.Set(*held, nil)
-				return
-			case start == chainStarts:
-				settle.Set(nil, temporal.NewApplicationError(fmt.Sprintf("%s: started %d times, each refused: another run held the ID and closed without a result", wid, start), errs.Infra))
-				return
-			}
-		}
-	})
-	return f
-}
-
-// heldChain waits for the run that holds a chain's ID to close: its result
-// if it completed, nil if it closed otherwise (the chain may start again).
-func heldChain(ctx workflow.Context, wid string) (*SynthesisResult, error) {
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		TaskQueue: ids.ControlQueue, StartToCloseTimeout: ChainPollWait + 2*time.Minute, HeartbeatTimeout: ControlHeartbeat,
-		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumAttempts: 5},
-		Summary:     "result of " + wid,
-	})
-	for {
-		var o ChainOutcome
-		err := workflow.ExecuteActivity(actx, ActivitySynthesisChainResult, ChainResultInput{WorkflowID: wid, WaitSeconds: ChainPollWait.Seconds()}).Get(ctx, &o)
-		switch {
-		case err != nil:
-			return nil, err
-		case o.Closed:
-			return o.Result, nil
-		}
-		if err := workflow.Sleep(ctx, ChainPollEvery); err != nil {
-			return nil, err
-		}
+	opts := workflow.ChildWorkflowOptions{
+		WorkflowID: ids.SynthesisWorkflowID(in.RunID, seed.ID, chain), TaskQueue: ids.ControlQueue,
+		StaticSummary: fmt.Sprintf("RST on %s, chain %d", seed.Name, chain),
 	}
+	return startReusing[SynthesisResult](ctx, opts, ActivitySynthesisChainResult, SynthesisWorkflow, in.chainInput(seed, chain))
 }
 
 // AssembleSynthReport is a windowed sweep's report from its chunks' chains

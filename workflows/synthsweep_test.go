@@ -96,14 +96,14 @@ func (f *synthFake) env() *testsuite.TestWorkflowEnvironment {
 		ref, err := storeOK(ctx, activities.StoreJSONInput{Key: SynthReportKey(in.RunID), Value: rep})
 		return SynthSweepResult{Summary: rep.Summary, Report: ref, Tasks: AcceptedTasks(chains)}, err
 	}, activity.RegisterOptions{Name: ActivityBuildSynthReport})
-	env.RegisterActivityWithOptions(func(_ context.Context, in ChainResultInput) (ChainOutcome, error) {
+	env.RegisterActivityWithOptions(func(_ context.Context, in ChildResultInput) (ChildOutcome[SynthesisResult], error) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		f.held = append(f.held, in.WorkflowID)
 		if r, ok := f.results[in.WorkflowID]; ok {
-			return ChainOutcome{Closed: true, Status: "Completed", Result: &r}, nil
+			return ChildOutcome[SynthesisResult]{Closed: true, Status: "Completed", Result: &r}, nil
 		}
-		return ChainOutcome{Closed: true, Status: "Failed"}, nil
+		return ChildOutcome[SynthesisResult]{Closed: true, Status: "Failed"}, nil
 	}, activity.RegisterOptions{Name: ActivitySynthesisChainResult})
 	env.OnActivity(act.StoreJSON, mock.Anything, mock.Anything).Return(storeOK)
 	env.OnActivity(act.ImportToPool, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ImportInput) (int, error) {

@@ -83,3 +83,8 @@ func (a *Activities) BuildAuditReport(ctx context.Context, in workflows.AuditRep
 	}
 	return workflows.AuditSweepResult{Summary: sum, Report: ref}, nil
 }
+
+// AuditResult answers how the audit in.WorkflowID closed (childOutcome).
+func (a *Activities) AuditResult(ctx context.Context, in workflows.ChildResultInput) (workflows.ChildOutcome[audit.Verdict], error) {
+	return childOutcome[audit.Verdict](ctx, a.Temporal, in)
+}

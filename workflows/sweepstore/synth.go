@@ -2,12 +2,8 @@ package sweepstore
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
-
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
@@ -61,44 +57,8 @@ func (a *Activities) BuildSynthReport(ctx context.Context, in workflows.SynthRep
 	return out, nil
 }
 
-// SynthesisChainResult answers how the synthesis chain in.WorkflowID closed:
-// its result if it completed. It polls every two seconds, heartbeating,
-// until the chain has closed or in.WaitSeconds have passed (Closed false).
-// A chain Temporal does not know counts as closed without a result: the
-// sweep starts it again.
-func (a *Activities) SynthesisChainResult(ctx context.Context, in workflows.ChainResultInput) (workflows.ChainOutcome, error) {
-	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
-	if a.Temporal == nil {
-		return workflows.ChainOutcome{}, errs.Infraf("synthesis chain result: this control worker has no Temporal client")
-	}
-	deadline := time.Now().Add(time.Duration(in.WaitSeconds * float64(time.Second)))
-	for {
-		d, err := a.Temporal.DescribeWorkflowExecution(ctx, in.WorkflowID, "")
-		var nf *serviceerror.NotFound
-		if errors.As(err, &nf) {
-			return workflows.ChainOutcome{Closed: true, Status: "NOT_FOUND", Error: "unknown to Temporal"}, nil
-		}
-		if err != nil {
-			return workflows.ChainOutcome{}, err
-		}
-		info := d.GetWorkflowExecutionInfo()
-		if st := info.GetStatus(); st != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			o := workflows.ChainOutcome{Closed: true, Status: st.String()}
-			var r workflows.SynthesisResult
-			if err := a.Temporal.GetWorkflow(ctx, in.WorkflowID, info.GetExecution().GetRunId()).Get(ctx, &r); err != nil {
-				o.Error = err.Error()
-			} else if st == enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED {
-				o.Result = &r
-			}
-			return o, nil
-		}
-		if !time.Now().Before(deadline) {
-			return workflows.ChainOutcome{Status: info.GetStatus().String()}, nil
-		}
-		select {
-		case <-ctx.Done():
-			return workflows.ChainOutcome{}, ctx.Err()
-		case <-time.After(2 * time.Second):
-		}
-	}
+// SynthesisChainResult answers how the synthesis chain in.WorkflowID closed
+// (childOutcome).
+func (a *Activities) SynthesisChainResult(ctx context.Context, in workflows.ChildResultInput) (workflows.ChildOutcome[workflows.SynthesisResult], error) {
+	return childOutcome[workflows.SynthesisResult](ctx, a.Temporal, in)
 }
