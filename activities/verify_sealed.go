@@ -98,10 +98,7 @@ func (a *Activities) Verify(ctx context.Context, in VerifyInput) (VerifyResult, 
 		}
 	}
 	end = steptime.Start(ctx, StepTamperCheck)
-	// Its length is the agent's to set (Docker's diff of every file it
-	// left): without beats, enough files ran it past the heartbeat timeout,
-	// an unscored infra failure and a fresh sandbox, another try.
-	stop := heartbeat.Every(ctx, 5*time.Second, nil)
+	stop := heartbeat.Every(ctx, 5*time.Second, nil) // the agent's files set its length: unbeaten, an infra failure and another try
 	findings, err := sandbox.TamperCheck(ctx, a.Docker.Client, ins, a.Docker.Debs())
 	stop()
 	end()
