@@ -40,6 +40,11 @@ type RunnerChannel struct {
 	// channel was authenticated, or one whose plugin never got the key).
 	Sources         int
 	Unauthenticated bool
+	// Unconfined says, for each guard that took the channel and could not
+	// put its process in a Landlock domain ("pid N: why"), that the
+	// processes its tests started could reach test.sh's through /proc
+	// (docs/verification.md). Informational: the guard's lines are plain.
+	Unconfined []string
 }
 
 // RunnerTest is one test as the runner reported it.
@@ -73,6 +78,8 @@ type channelLine struct {
 	Src        string `json:"src"`
 	N          *int   `json:"n"`
 	M          string `json:"m"`
+	Landlock   *int   `json:"landlock"`
+	Unconfined string `json:"unconfined"`
 }
 
 // runnerEvent is an event the host believes only from a runner: what the
@@ -232,6 +239,10 @@ func (ch *RunnerChannel) apply(l channelLine) {
 			t.Failed = true
 		case l.When == "call" && l.Outcome == "passed":
 			t.CallPassed = true
+		}
+	case "guard":
+		if l.Landlock != nil && *l.Landlock == 0 {
+			ch.Unconfined = append(ch.Unconfined, "pid "+strconv.Itoa(l.PID)+": "+l.Unconfined)
 		}
 	case "audit", "patched":
 		where := l.Where

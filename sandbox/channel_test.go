@@ -33,7 +33,7 @@ func run(t *testing.T, key *sandbox.ChannelKey, pid int) (*sandbox.ChannelSource
 		t.Fatal(err)
 	}
 	return src, []string{
-		`{"ev":"guard","pid":7}`, // the guard's own line: plain, and no runner's event
+		`{"ev":"guard","pid":7,"landlock":7}`, // the guard's own line: plain, and no runner's event
 		hello,
 		src.Line(`{"ev":"session-start","pid":7}`),
 		src.Line(`{"ev":"call","nodeid":"test_outputs.py::test_a","raised":false}`),
@@ -123,6 +123,17 @@ func TestRunnerChannelUnkeyed(t *testing.T) {
 		if ch.Sessions != 1 || !ch.Tests["t.py::a"].Passed() || len(ch.Evidence) != 0 || ch.Unauthenticated != (key != nil) {
 			t.Errorf("key %v: %+v", key != nil, ch)
 		}
+	}
+}
+
+// TestRunnerChannelUnconfined: a guard that could not confine its
+// process to a Landlock domain says why; one that did, and a guard line from
+// before, say nothing.
+func TestRunnerChannelUnconfined(t *testing.T) {
+	ch := parseKeyed(nil, `{"ev":"guard","pid":7,"landlock":7}`, `{"ev":"guard","pid":8}`,
+		`{"ev":"guard","pid":9,"landlock":0,"unconfined":"[Errno 95] landlock_create_ruleset: Operation not supported"}`)
+	if len(ch.Unconfined) != 1 || ch.Unconfined[0] != "pid 9: [Errno 95] landlock_create_ruleset: Operation not supported" || len(ch.Evidence) != 0 {
+		t.Errorf("unconfined %q, evidence %v", ch.Unconfined, ch.Evidence)
 	}
 }
 

@@ -22,7 +22,9 @@ import (
 // brings them back. No task here needs them (gdb, strace and
 // LeakSanitizer's leak check would: no example or audit task runs one).
 // What seccomp cannot refuse: /proc/<pid>/mem of a dumpable process of the
-// same uid (an open and a read or write; docs/verification.md).
+// same uid (an open and a read or write). The sealed pytest closes that to
+// itself and what it starts with a Landlock domain (sitecustomize), whose
+// calls (landlock_*) the profile allows as Docker's does (docs/verification.md).
 var crossProcessSyscalls = []string{
 	"kcmp", "pidfd_getfd", "process_madvise", "process_vm_readv", "process_vm_writev", "ptrace",
 }

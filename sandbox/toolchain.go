@@ -38,7 +38,7 @@ const ToolchainRunnerMark = ToolchainRunDir + "/runner-started"
 
 // toolchainVersion changes whenever the build steps change in a way the
 // recipe below does not capture.
-const toolchainVersion = "4"
+const toolchainVersion = "5"
 
 // toolchainWheel is one pinned file from PyPI.
 type toolchainWheel struct{ Name, Version, File, SHA256 string }

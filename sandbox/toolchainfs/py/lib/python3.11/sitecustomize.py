@@ -12,7 +12,9 @@ verifier hands this process its report channel
 passes its lines on to the host, outside every file in the sandbox) does it
 guard: it takes the channel (a private,
 non-inheritable copy; the variable and the inherited descriptor are
-dropped, so programs the tests start never get it) and installs a PEP 578
+dropped, so programs the tests start never get it), puts itself and all
+it will start in a Landlock domain of their own (_t1flow_confine: no process
+of theirs can reach test.sh's through /proc or ptrace) and installs a PEP 578
 audit hook, which Python code cannot remove. The hook writes evidence to the
 channel, before the act it audits takes effect, when code from outside the
 verifier (any file not in the toolchain, the verifier's scratch directory or
@@ -154,6 +156,83 @@ _t1flow_seal_imports()
 del _t1flow_seal_imports
 
 
+def _t1flow_confine():
+    """Puts this process, and every process it starts from now on, in a
+    Landlock domain of its own (before any test or solution code runs: only
+    the runner, which holds the channel, does this). Landlock lets a process
+    in a domain reach through ptrace_may_access (PTRACE_ATTACH, and
+    /proc/<pid>/mem, fd, environ, maps, exe, syscall of another process)
+    only processes in the same domain or one nested in it: a process the
+    solution starts can no longer write the memory of test.sh's bash,
+    timeout or uv (dumpable, holding the channel's socket) nor reopen their
+    descriptors: an open and a write, which no seccomp profile can refuse.
+    What the domain handles costs tests nothing: LANDLOCK_ACCESS_FS_REFER
+    alone, allowed beneath / (a domain that handles any file access refuses
+    to move a file across directories unless a rule grants REFER there, and
+    ABI 1 has no REFER to grant: not used). Signals and
+    abstract Unix sockets are not scoped: a test that stops a server
+    test.sh started, or talks to the agent's service on an abstract socket,
+    works as before; killing the relay or test.sh from here only loses the
+    runner's later lines, which the host counts against the results.
+
+    Returns the Landlock ABI in force (from 2), or why there is none: the
+    kernel (before 5.19), its LSM list or the machine lacks it. Nothing is
+    different then but that."""
+    import os
+    import sys
+
+    if os.uname().machine not in ("x86_64", "aarch64"):
+        return "no Landlock system call numbers for " + os.uname().machine
+    had = {m: m in sys.modules for m in ("ctypes", "ctypes._endian")}
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        long_ = ctypes.c_long
+
+        def call(name, nr, *args):
+            r = libc.syscall(long_(nr), *args)
+            if r < 0:
+                raise OSError(ctypes.get_errno(), name + ": " + os.strerror(ctypes.get_errno()))
+            return r
+
+        class Ruleset(ctypes.Structure):  # struct landlock_ruleset_attr, ABI 1's size
+            _fields_ = [("handled_access_fs", ctypes.c_uint64)]
+
+        class PathBeneath(ctypes.Structure):  # struct landlock_path_beneath_attr
+            _pack_ = 1
+            _fields_ = [("allowed_access", ctypes.c_uint64), ("parent_fd", ctypes.c_int32)]
+
+        refer = 1 << 13  # LANDLOCK_ACCESS_FS_REFER
+        abi = call("landlock_create_ruleset", 444, None, long_(0), long_(1))  # LANDLOCK_CREATE_RULESET_VERSION
+        if abi < 2:
+            return "Landlock ABI %d has no LANDLOCK_ACCESS_FS_REFER" % abi
+        attr = Ruleset(refer)
+        ruleset = call("landlock_create_ruleset", 444, ctypes.byref(attr), long_(ctypes.sizeof(attr)), long_(0))
+        try:
+            root = os.open("/", os.O_PATH | os.O_CLOEXEC)
+            try:
+                rule = PathBeneath(refer, root)
+                call("landlock_add_rule", 445, long_(ruleset), long_(1), ctypes.byref(rule), long_(0))  # LANDLOCK_RULE_PATH_BENEATH
+            finally:
+                os.close(root)
+            # Docker's no-new-privileges has set it already; landlock_restrict_self needs it.
+            if libc.prctl(38, long_(1), long_(0), long_(0), long_(0)) != 0:  # PR_SET_NO_NEW_PRIVS
+                raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS): " + os.strerror(ctypes.get_errno()))
+            call("landlock_restrict_self", 446, long_(ruleset), long_(0))
+        finally:
+            os.close(ruleset)
+        return abi
+    except OSError as e:
+        return str(e)
+    except Exception as e:  # never keep the runner from starting
+        return repr(e)
+    finally:
+        for m, there in had.items():
+            if not there:
+                sys.modules.pop(m, None)
+
+
 def _t1flow_guard():
     import os
     import sys
@@ -174,6 +253,7 @@ def _t1flow_guard():
         os.close(inherited)
     except (OSError, ValueError):
         return
+    confined = _t1flow_confine()
     results = os.environ.get("T1FLOW_RESULTS_DIR", "/logs/verifier").rstrip("/") + "/"
     trusted = tuple(p.rstrip("/") + "/" for p in os.environ.get("T1FLOW_TRUSTED_CODE", "").split(":") if p) + ("<frozen ",)
     runner_mods = ("_pytest", "pytest", "pluggy", "ctrf", "pytest_json_ctrf", "t1flow_", "sitecustomize")
@@ -307,8 +387,11 @@ def _t1flow_guard():
 
     sys.addaudithook(hook)
     sys.t1flow_channel = fd  # for the t1flow_mark plugin; reading it is not a secret
-    emit('{"ev":"guard","pid":%d}' % pid)
+    if isinstance_(confined, int_):
+        emit('{"ev":"guard","pid":%d,"landlock":%d}' % (pid, confined))
+    else:
+        emit('{"ev":"guard","pid":%d,"landlock":0,"unconfined":%s}' % (pid, q(confined)))
 
 
 _t1flow_guard()
-del _t1flow_guard
+del _t1flow_guard, _t1flow_confine
