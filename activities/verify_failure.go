@@ -79,3 +79,13 @@ func prepareFailed(name, workDir string, er sandbox.ExecResult) error {
 	return errs.Verifierf("prepare the verifier in %s (empty /tests and %s, enter the working directory %s): exit %d, tests/test.sh did not run: %s",
 		name, VerifierDir, workDir, er.ExitCode, er.Output)
 }
+
+// What readResults copies out of VerifierDir: each file up to
+// MaxResultFileBytes, and the whole tar stream up to MaxResultsBytes (four
+// such files and their headers), read no further: the tests may leave a
+// sparse file of a terabyte there, which Docker streams in full. Over either
+// is the agent's failure.
+const (
+	MaxResultFileBytes = 4 << 20
+	MaxResultsBytes    = 4*MaxResultFileBytes + 64<<10
+)

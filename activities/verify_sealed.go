@@ -3,6 +3,7 @@ package activities
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -364,20 +365,18 @@ func (a *Activities) sealedExec(ctx context.Context, id string, argv []string, w
 // found, could not be installed or had no interpreter is not the agent's 0.
 func (a *Activities) readResults(ctx context.Context, in VerifyInput, t *task.Task, er sandbox.ExecResult, preview string) (VerifyResult, error) {
 	id := in.Sandbox.ContainerID
-	results, err := a.Docker.CopyOut(ctx, id, VerifierDir)
-	if err != nil {
-		return VerifyResult{}, sandboxErr(err, "read %s from %s", VerifierDir, in.Sandbox.Name)
-	}
-	files, err := sandbox.UntarFiles(results, 4<<20)
-	if err != nil {
+	files, err := a.Docker.CopyOutFiles(ctx, id, VerifierDir, MaxResultFileBytes, MaxResultsBytes)
+	if errors.Is(err, sandbox.ErrCopyRefused) {
 		return VerifyResult{}, errs.Verifierf("read %s: %v", VerifierDir, err)
+	} else if err != nil {
+		return VerifyResult{}, sandboxErr(err, "read %s from %s", VerifierDir, in.Sandbox.Name)
 	}
 	vr, err := ParseResults(files)
 	if err != nil {
 		return VerifyResult{}, errs.Verifierf("tests/test.sh exited %d: %v; output tail:\n%s", er.ExitCode, err, preview)
 	}
 	if (vr.Format == "reward.txt" || vr.Format == "reward.json") && runsPytest(t.Dir) {
-		if _, err := a.Docker.CopyOut(ctx, id, sandbox.ToolchainRunnerMark); err != nil {
+		if _, err := a.Docker.Client.ContainerStatPath(ctx, id, sandbox.ToolchainRunnerMark); err != nil {
 			if !errdefs.IsNotFound(err) {
 				return VerifyResult{}, sandboxErr(err, "look for the runner mark in %s", in.Sandbox.Name)
 			}

@@ -283,11 +283,7 @@ func verifyUnsealed(ctx context.Context, e *env, tk *task.Task, id string) (acti
 	}
 	end = steptime.Start(ctx, activities.StepResults)
 	defer end()
-	b, err := e.d.CopyOut(ctx, id, activities.VerifierDir)
-	if err != nil {
-		return activities.VerifyResult{}, err
-	}
-	files, err := sandbox.UntarFiles(b, 4<<20)
+	files, err := e.d.CopyOutFiles(ctx, id, activities.VerifierDir, activities.MaxResultFileBytes, activities.MaxResultsBytes)
 	if err != nil {
 		return activities.VerifyResult{}, err
 	}
