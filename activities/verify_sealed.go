@@ -17,7 +17,6 @@ import (
 
 	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/heartbeat"
-	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/steptime"
 	"github.com/t1flow/t1flow/internal/task"
 	"github.com/t1flow/t1flow/sandbox"
@@ -170,11 +169,8 @@ func (a *Activities) runAndJudge(ctx context.Context, in VerifyInput, t *task.Ta
 	RunnerReconcile(&res, channel)
 	res.LiveService, res.LiveRefused = vr.LiveService, vr.LiveRefused
 	end = steptime.Start(ctx, StepArtifacts)
-	res.Artifacts, err = a.collectArtifacts(ctx, in, t.Config.Artifacts)
+	res.Artifacts = a.collectArtifacts(ctx, in, t.Config.Artifacts)
 	end()
-	if err != nil {
-		return VerifyResult{}, err
-	}
 	return res, nil
 }
 
@@ -403,47 +399,4 @@ func envList(m map[string]string) []string {
 	}
 	sort.Strings(env)
 	return env
-}
-
-// collectArtifacts copies task.toml's artifacts and Harbor's /logs/artifacts
-// out of the sandbox into the artifact store, one tar each (capped), and
-// returns claim checks: the bytes never enter a workflow history.
-func (a *Activities) collectArtifacts(ctx context.Context, in VerifyInput, list []task.Artifact) ([]CollectedArtifact, error) {
-	all := append([]task.Artifact{{Source: "/logs/artifacts", Destination: "logs-artifacts"}}, list...)
-	var out []CollectedArtifact
-	for i, art := range all {
-		b, err := a.copyOutCapped(ctx, in.Sandbox.ContainerID, art.Source)
-		c := CollectedArtifact{Source: art.Source, Destination: art.Destination}
-		switch {
-		case err != nil && errdefs.IsNotFound(err):
-			if i == 0 {
-				continue // the convention directory is optional
-			}
-			c.Missing = "not found in the sandbox"
-		case err != nil:
-			return nil, sandboxErr(err, "copy artifact %s out of %s", art.Source, in.Sandbox.Name)
-		case int64(len(b)) > MaxArtifactBytes:
-			c.Missing = fmt.Sprintf("%d bytes, over the %d-byte cap", len(b), MaxArtifactBytes)
-		default:
-			ref, err := a.Store.Put(ctx, "rollouts/"+ids.Clean(in.RolloutID)+"/artifacts/"+art.Destination+".tar", bytes.NewReader(b))
-			if err != nil {
-				return nil, errs.Infraf("store artifact %s: %v", art.Source, err)
-			}
-			c.Ref = &ref
-		}
-		out = append(out, c)
-	}
-	return out, nil
-}
-
-// MaxArtifactBytes caps one collected artifact (its tar).
-const MaxArtifactBytes = 16 << 20
-
-func (a *Activities) copyOutCapped(ctx context.Context, id, src string) ([]byte, error) {
-	rc, _, err := a.Docker.Client.CopyFromContainer(ctx, id, src)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	return io.ReadAll(io.LimitReader(rc, MaxArtifactBytes+1))
 }

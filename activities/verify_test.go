@@ -100,3 +100,40 @@ func TestVerifierOfAStoppedSandboxIsNotTheAgents(t *testing.T) {
 		t.Fatalf("verifier of a sandbox killed under it: %v; want SandboxGone (the host's failure, not the agent's 0)", err)
 	}
 }
+
+// TestVerifyRecordsAnArtifactItCannotCopyMissing: artifacts are extras
+// copied after the verdict; one the agent made uncopyable (/logs/artifacts a
+// symlink to itself) is recorded missing with the reason, and the verdict
+// stands. Before, the copy's error failed Verify as an InfraError after
+// test.sh ran: unscored, and a fresh sandbox, another try for the agent.
+func TestVerifyRecordsAnArtifactItCannotCopyMissing(t *testing.T) {
+	d := testenv.Docker(t)
+	ctx := context.Background()
+	st, _ := store.NewLocal(t.TempDir())
+	tk, err := task.Load("../examples/tasks/csv-revenue-report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := task.Bundle(ctx, st, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &activities.Activities{Docker: d, Store: st, Host: testenv.HostName("unit"), TaskCache: t.TempDir()}
+	cs, err := a.CreateSandbox(ctx, activities.CreateSandboxInput{Task: ref, RolloutID: testenv.HostName("unit") + ".artloop." + tk.ID, SandboxAttempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.DestroySandbox(context.Background(), activities.DestroyInput{Sandbox: cs.Sandbox}) })
+	id := cs.Sandbox.ContainerID
+	if res, err := d.Exec(ctx, id, "mkdir -p /logs && rm -rf /logs/artifacts && ln -s /logs/artifacts /logs/artifacts && echo planted", sandbox.ExecOptions{Timeout: 10 * time.Second, User: "root"}); err != nil || !strings.Contains(res.Output, "planted") {
+		t.Fatalf("plant: %v %q", err, res.Output)
+	}
+	vr, err := a.Verify(ctx, activities.VerifyInput{Sandbox: activities.Sandbox{ContainerID: id, Name: "x"}, Task: ref, TimeoutSec: 60, RolloutID: "artloop"})
+	if err != nil {
+		t.Fatalf("verify: %v; want the verdict, the artifact missing", err)
+	}
+	t.Logf("%d/%d passed; artifacts %+v", vr.Passed, vr.Total, vr.Artifacts)
+	if vr.Total == 0 || len(vr.Artifacts) == 0 || vr.Artifacts[0].Source != "/logs/artifacts" || vr.Artifacts[0].Missing == "" || vr.Artifacts[0].Ref != nil {
+		t.Fatalf("artifacts %+v; want /logs/artifacts recorded missing", vr.Artifacts)
+	}
+}
