@@ -98,7 +98,7 @@ done
 cat /proc/$p/environ >/dev/null 2>&1 && echo "environ open" >> $out || echo "environ denied" >> $out
 for q in /proc/[0-9]*; do
   c=$(tr '\0' ' ' < $q/cmdline 2>/dev/null) || continue
-  case $c in "/.t1flow-verifier/bin/bash --norc --noprofile /tests/test.sh"*) b=${q#/proc/};; esac
+  case $c in "/.t1flow-verifier/bin/bash --norc --noprofile -c "*" /tests/test.sh"*) b=${q#/proc/};; esac
 done
 [ -n "$b" ] && ! (exec 9>/proc/$b/fd/61) 2>/dev/null && echo "test.sh-fd-61 denied" >> $out || echo "test.sh-fd-61 open" >> $out
 SH`, sandbox.ExecOptions{Timeout: time.Minute, User: "root"})

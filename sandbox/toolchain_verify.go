@@ -243,7 +243,11 @@ func ToolchainVerifyCmd(imageEnv, verifierEnv []string, timeout time.Duration, i
 	sort.Strings(dropped)
 	secs := strconv.FormatFloat(timeout.Seconds(), 'f', 3, 64)
 	cmd = append([]string{m + "/bin/env", "-i"}, env...)
-	cmd = append(cmd, m+"/bin/timeout", "-k", "5", secs, m+"/bin/bash", "--norc", "--noprofile", "/tests/test.sh")
+	// test.sh is sourced, not run as a script file: bash reads a script as
+	// it runs it, so a line the tested code appended to /tests/test.sh ran
+	// after pytest, outside its Landlock domain and holding the channel;
+	// `.` reads the whole file first. $0 and BASH_SOURCE stay the path.
+	cmd = append(cmd, m+"/bin/timeout", "-k", "5", secs, m+"/bin/bash", "--norc", "--noprofile", "-c", `. "$0"`, "/tests/test.sh")
 	return cmd, dropped
 }
 
