@@ -178,9 +178,11 @@ func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, 
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
+	probesJudged(ctx, &o, &n)
 	switch {
 	case !o.Scored || !n.Scored:
-		return reject("infra", fmt.Sprintf("sandbox runs not scored: oracle %s, nop %s (%s%s)", o.Outcome, n.Outcome, o.Error, n.Error))
+		why := strings.Trim(o.Error+"; "+n.Error, "; ")
+		return reject("infra", fmt.Sprintf("sandbox runs not scored: oracle %s, nop %s (%s)", o.Outcome, n.Outcome, why))
 	case !o.Resolved:
 		return reject("oracle_failed", fmt.Sprintf("the reference solution fails in a fresh sandbox: %d/%d assertions", o.Passed, o.Total))
 	case n.Resolved:
@@ -188,6 +190,26 @@ func (s *synthesis) variation(ctx workflow.Context, round, v int, cur task.Ref, 
 	}
 	return &RoundRecord{Round: round, Variation: v, Task: cand.Task, Parent: cur.ID, Steps: cand.Steps, Categories: cand.Categories,
 		Oracle: fmt.Sprintf("%d/%d", o.Passed, o.Total), Nop: fmt.Sprintf("%d/%d", n.Passed, n.Total)}, nil
+}
+
+// probesJudged makes a candidate's oracle and nop runs what RST judges. A
+// verifier that failed is an agent's 0 (verifier-error-scored), but in the
+// reference's run or the untouched environment's it says the candidate's
+// verifier cannot run: not scored, as the audit judges it (auditRun), so
+// the candidate is rejected as infra naming the verifier error. Read as a
+// scored 0, a nop whose verifier hangs passed as "the environment fails" and
+// the candidate was accepted; histories from before GetVersion
+// synth-verifier-error-unscored replay so.
+func probesJudged(ctx workflow.Context, o, n *RolloutResult) {
+	broken := func(r *RolloutResult) bool { return r.Scored && r.Outcome == OutcomeVerifierError }
+	if !broken(o) && !broken(n) || workflow.GetVersion(ctx, "synth-verifier-error-unscored", workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return
+	}
+	for _, r := range []*RolloutResult{o, n} {
+		if broken(r) {
+			r.Scored = false
+		}
+	}
 }
 
 // ChainFailedPrefix starts a failed chain's Stopped reason.
