@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/docker/docker/api/types/container"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/t1flow/t1flow/internal/errs"
@@ -51,7 +52,7 @@ func (a *Activities) hostFailedUnder(ctx context.Context, in VerifyInput, err er
 			return sandboxErr(ierr, "inspect %s after its verifier failed (%s)", in.Sandbox.Name, what)
 		}
 		if ins.State == nil || !ins.State.Running {
-			return errs.SandboxGonef("%s stopped under its verifier (%s): not the agent's failure", in.Sandbox.Name, what)
+			return stoppedUnder(ins.State, in.Sandbox.Name, what, ae)
 		}
 		if probe == hostProbes {
 			return err
@@ -62,6 +63,20 @@ func (a *Activities) hostFailedUnder(ctx context.Context, in VerifyInput, err er
 		case <-time.After(hostProbeGap):
 		}
 	}
+}
+
+// stoppedUnder judges a sandbox found stopped under its verifier (verr).
+// Stopped by a daemon restart or the host: SandboxGone, never scored.
+// Stopped by the OOM killer (State.OOMKilled) within the sandbox's own memory
+// limit: what the agent left decides what the tests take (a sparse file they
+// read whole), and root in the sandbox can make PID 1 the one the killer
+// picks (/proc/1/oom_score_adj 1000), so that is the agent's failure, a
+// VerifierError, as the same tests failing alone would be.
+func stoppedUnder(st *container.State, name, what string, verr *temporal.ApplicationError) error {
+	if st != nil && st.OOMKilled {
+		return errs.Verifierf("%s ran out of memory under its verifier and stopped (OOMKilled, exit %d): the agent's failure; %s", name, st.ExitCode, verr.Message())
+	}
+	return errs.SandboxGonef("%s stopped under its verifier (%s): not the agent's failure", name, what)
 }
 
 // prepareFailed is a ToolchainRunCmd that never said it was ready: test.sh

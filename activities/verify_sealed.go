@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -192,49 +191,6 @@ func (a *Activities) startLive(ctx context.Context, ins container.InspectRespons
 	return func() { a.Docker.RemoveLiveVerifier(context.WithoutCancel(ctx), id) }, nil
 }
 
-// survey runs ToolchainSurveyCmd: the number of sockets the agent's
-// processes serve, which are then left running, or 0 once they are all
-// stopped. A survey that gave no answer (killed by the agent's processes, or
-// no room under the pids limit) stops them the old way, and refused says why.
-//
-// A sandbox at its pids limit (a fork bomb) has no room for the exec to
-// start now and then, but its processes come and go: the survey is tried
-// again, up to SurveyTries times SurveyGap apart, before its service is
-// taken for none.
-func (a *Activities) survey(ctx context.Context, id string) (serving int, refused string, err error) {
-	for try := 1; ; try++ {
-		var stdout bytes.Buffer
-		er, err := a.sealedExec(ctx, id, sandbox.ToolchainSurveyCmd(), "/", time.Minute, "prepare", &stdout)
-		if err != nil {
-			return 0, "", err
-		}
-		if n, ok := sandbox.ParseSurvey(stdout.String()); ok {
-			return n, "", nil
-		}
-		if try >= SurveyTries {
-			refused = fmt.Sprintf("the survey of the sandbox's sockets gave no answer in %d tries (the last: exit %d: %.200s): verified kill-first", try, er.ExitCode, strings.TrimSpace(er.Output))
-			fmt.Fprintf(a.Docker.Log, "sandbox: %s: %s\n", id, refused)
-			break
-		}
-		end := steptime.Start(ctx, StepSurveyAgain)
-		select {
-		case <-ctx.Done():
-			return 0, "", ctx.Err()
-		case <-time.After(SurveyGap):
-		}
-		end()
-	}
-	_, err = a.sealedExec(ctx, id, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
-	return 0, refused, err
-}
-
-// SurveyTries and SurveyGap: how often survey tries a sandbox whose exec
-// gave no answer, and how far apart.
-var (
-	SurveyTries = 20
-	SurveyGap   = 250 * time.Millisecond
-)
-
 // freezeForLive freezes a sandbox whose agent's processes serve sockets
 // for the live verifier and returns the thaw; or, when what the agent wrote
 // is too large to snapshot (sandbox.LiveVerifierMaxMB) or cannot be
@@ -259,8 +215,7 @@ func (a *Activities) freezeForLive(ctx context.Context, ins container.InspectRes
 	if err := thaw(ctx); err != nil {
 		return nil, err
 	}
-	_, err = a.sealedExec(ctx, ins.ID, sandbox.ToolchainKillCmd(), "/", time.Minute, "prepare", nil)
-	return nil, err
+	return nil, a.killAgent(ctx, ins.ID)
 }
 
 // runSealed copies the task's tests into a fresh staging directory and runs

@@ -137,3 +137,44 @@ func TestVerifyRecordsAnArtifactItCannotCopyMissing(t *testing.T) {
 		t.Fatalf("artifacts %+v; want /logs/artifacts recorded missing", vr.Artifacts)
 	}
 }
+
+// TestVerifyGivesPID1BackItsOOMScore: root in the sandbox can make its PID 1
+// the OOM killer's first pick (/proc/1/oom_score_adj 1000), so that tests
+// filling the sandbox's memory stop the whole sandbox; the exec that stops
+// the agent's processes sets it back to 0. Before, it stayed 1000.
+func TestVerifyGivesPID1BackItsOOMScore(t *testing.T) {
+	d := testenv.Docker(t)
+	ctx := context.Background()
+	st, _ := store.NewLocal(t.TempDir())
+	tk, err := task.Load("../examples/tasks/csv-revenue-report")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref, err := task.Bundle(ctx, st, tk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &activities.Activities{Docker: d, Store: st, Host: testenv.HostName("unit"), TaskCache: t.TempDir()}
+	cs, err := a.CreateSandbox(ctx, activities.CreateSandboxInput{Task: ref, RolloutID: testenv.HostName("unit") + ".oomadj." + tk.ID, SandboxAttempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { a.DestroySandbox(context.Background(), activities.DestroyInput{Sandbox: cs.Sandbox}) })
+	id := cs.Sandbox.ContainerID
+	adj := func() string {
+		res, err := d.Exec(ctx, id, "cat /proc/1/oom_score_adj", sandbox.ExecOptions{Timeout: 10 * time.Second, User: "root"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(res.Output)
+	}
+	if res, err := d.Exec(ctx, id, "echo 1000 > /proc/1/oom_score_adj", sandbox.ExecOptions{Timeout: 10 * time.Second, User: "root"}); err != nil || res.ExitCode != 0 || adj() != "1000" {
+		t.Fatalf("plant: %v %q; /proc/1/oom_score_adj %s", err, res.Output, adj())
+	}
+	if _, err := a.Verify(ctx, activities.VerifyInput{Sandbox: activities.Sandbox{ContainerID: id, Name: "x"}, Task: ref, TimeoutSec: 60}); err != nil {
+		t.Fatal(err)
+	}
+	if got := adj(); got != "0" {
+		t.Fatalf("after Verify, /proc/1/oom_score_adj is %s; want 0", got)
+	}
+}

@@ -94,3 +94,21 @@ func TestUntarStreamKeepsHostErrors(t *testing.T) {
 type iotestErr struct{ err error }
 
 func (e iotestErr) Read([]byte) (int, error) { return 0, e.err }
+
+func TestWithPID1OOMResetPrefixesTheScript(t *testing.T) {
+	for _, argv := range [][]string{sandbox.ToolchainSurveyCmd(), sandbox.ToolchainKillCmd()} {
+		got := sandbox.WithPID1OOMReset(argv)
+		if len(got) != len(argv) || got[len(got)-1] != argv[len(argv)-1] {
+			t.Fatalf("%q", got)
+		}
+		var script string
+		for i := range got {
+			if got[i] == "-c" {
+				script = got[i+1]
+			}
+		}
+		if !strings.HasPrefix(script, "trap '{ echo 0 >/proc/1/oom_score_adj; } 2>/dev/null' EXIT\n") || !strings.HasSuffix(script, argv[len(argv)-2]) {
+			t.Fatalf("script %q", script)
+		}
+	}
+}
