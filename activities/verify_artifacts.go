@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/containerd/errdefs"
 
+	"github.com/t1flow/t1flow/internal/heartbeat"
 	"github.com/t1flow/t1flow/internal/ids"
 	"github.com/t1flow/t1flow/internal/task"
 )
@@ -22,6 +24,7 @@ import (
 // fails Verify, which would throw the verdict away and give the agent a
 // fresh sandbox.
 func (a *Activities) collectArtifacts(ctx context.Context, in VerifyInput, list []task.Artifact) []CollectedArtifact {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // paths of the agent's, each up to MaxArtifactBytes
 	all := append([]task.Artifact{{Source: "/logs/artifacts", Destination: "logs-artifacts"}}, list...)
 	var out []CollectedArtifact
 	for i, art := range all {

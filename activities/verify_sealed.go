@@ -201,7 +201,9 @@ func (a *Activities) freezeForLive(ctx context.Context, ins container.InspectRes
 	if err != nil {
 		return nil, err
 	}
+	stop := heartbeat.Every(ctx, 5*time.Second, nil) // docker inspect --size: about 5 s a 300k files the agent wrote
 	mb, err := a.Docker.WrittenMB(ctx, ins)
+	stop()
 	if err == nil && mb <= sandbox.LiveVerifierMaxMB {
 		vr.LiveService = serving
 		return thaw, nil
@@ -232,7 +234,9 @@ func (a *Activities) runSealed(ctx context.Context, in VerifyInput, t *task.Task
 	if err != nil {
 		return sandbox.ExecResult{}, sandbox.RunnerChannel{}, errs.TaskInvalidf("%s/tests: %v", t.Dir, err)
 	}
+	stop := heartbeat.Every(ctx, 5*time.Second, nil) // into a sandbox whose disk the agent may have filled
 	err = a.Docker.CopyIn(ctx, id, "/", tests)
+	stop()
 	end()
 	if err != nil {
 		return sandbox.ExecResult{}, sandbox.RunnerChannel{}, sandboxErr(err, "copy tests into %s", in.Sandbox.Name)
@@ -315,6 +319,7 @@ func (a *Activities) sealedExec(ctx context.Context, id string, argv []string, w
 // pytest it runs never started are a VerifierError: a runner that was not
 // found, could not be installed or had no interpreter is not the agent's 0.
 func (a *Activities) readResults(ctx context.Context, in VerifyInput, t *task.Task, er sandbox.ExecResult, preview string) (VerifyResult, error) {
+	defer heartbeat.Every(ctx, 5*time.Second, nil)() // up to MaxResultsBytes of what the tests left
 	id := in.Sandbox.ContainerID
 	files, err := a.Docker.CopyOutFiles(ctx, id, VerifierDir, MaxResultFileBytes, MaxResultsBytes)
 	if errors.Is(err, sandbox.ErrCopyRefused) {
