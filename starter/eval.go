@@ -80,7 +80,7 @@ func parseEval(args []string) (*evalFlags, error) {
 	fs.StringVar(&f.checkpoints, "checkpoint", "", "evaluate these checkpoints one after another with the policy agent: CAMPAIGN:LABEL (init, sft, warmup, step-0003, latest), a saved checkpoint's name, or a directory with manifest.json; comma-separated")
 	fs.BoolVar(&f.force, "force", false, "--checkpoint: load weights even into servers a running campaign samples from")
 	fs.StringVar(&f.resume, "resume", "", "rerun the unfinished and errored rollouts of this finished sweep (its ID), keeping the others (docs/sweeps.md)")
-	fs.Var(&f.filterTypes, "filter-error-type", "--resume: rerun rollouts with this error type (repeat; default "+strings.Join(workflows.DefaultResumeErrorTypes, ", ")+"; any of "+strings.Join(workflows.ErrorTypes, ", ")+")")
+	fs.Var(&f.filterTypes, "filter-error-type", "--resume: rerun rollouts with this error type (repeat; default "+strings.Join(workflows.DefaultResumeErrorTypes, ", ")+" and "+workflows.DefaultResumeNote+"; any of "+strings.Join(workflows.ErrorTypes, ", ")+")")
 	fs.Var(&f.filterTypes, "f", "short for --filter-error-type")
 	if _, err := parse(fs, args); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -84,7 +85,7 @@ func evalResume(ctx context.Context, f *evalFlags, explicit map[string]bool, std
 	}
 	types := f.filterTypes
 	if len(types) == 0 {
-		types = workflows.DefaultResumeErrorTypes
+		types = append(slices.Clone(workflows.DefaultResumeErrorTypes), workflows.DefaultResumeNote)
 	}
 	announce(infoOut(f.asJSON, stdout, stderr), wid, existing, fmt.Sprintf("found resume %d of sweep %s", rin.Round, sweep),
 		fmt.Sprintf("resume %d of sweep %s: rerunning unfinished rollouts and those with %s", rin.Round, sweep, strings.Join(types, ", ")))

@@ -38,7 +38,8 @@ commands:
                                     (REF: CAMPAIGN:LABEL, a saved checkpoint's name, or a directory)
   eval --resume SWEEP [-f ERROR_TYPE]... [--wait] [--json]
                                     rerun a finished sweep's unfinished rollouts and those with these
-                                    error types (default InfraError, VerifierError, RoutingMissing)
+                                    error types (default InfraError, RoutingMissing and an unscored
+                                    VerifierError, recorded before verifier failures were scored 0)
   eval export SWEEP --dir DIR [--source NAME] [--check]
                                     write the sweep as Harbor's job directory (result.json per job and
                                     trial, ATIF agent/trajectory.json); --check loads it with harbor

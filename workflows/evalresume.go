@@ -40,8 +40,14 @@ var ErrorTypes = []string{ErrorInfra, ErrorVerifier, ErrorTaskInvalid, ErrorRout
 // rollout keeps its score unless asked for: a verifier_error too (scored 0
 // since GetVersion verifier-error-scored; Harbor's resume keeps its
 // VerifierTimeoutError trials), or a rerun would let a rollout that hung its
-// verifier try again.
+// verifier try again. A verifier_error recorded before that version is
+// unscored, no score to keep: a default resume reruns it too
+// (ResumePlanInput.UnscoredVerifierErrors).
 var DefaultResumeErrorTypes = []string{ErrorInfra, ErrorRoutingMissing}
+
+// DefaultResumeNote says what a default resume reruns besides
+// DefaultResumeErrorTypes (ResumePlanInput.UnscoredVerifierErrors).
+const DefaultResumeNote = "unscored VerifierError (recorded before verifier failures were scored 0)"
 
 // ErrorType is r's error type, "" for a rollout that ended without one.
 func (r RolloutResult) ErrorType() string {
@@ -90,7 +96,8 @@ type EvalResumeInput struct {
 	SweepID string         `json:"sweep_id"`
 	Round   int            `json:"round"`
 	Sweep   EvalSweepInput `json:"sweep"`
-	// ErrorTypes to rerun; empty: DefaultResumeErrorTypes.
+	// ErrorTypes to rerun; empty: DefaultResumeErrorTypes and the unscored
+	// verifier_errors.
 	ErrorTypes  []string `json:"error_types,omitempty"`
 	Concurrency int      `json:"concurrency,omitempty"`
 }
@@ -102,6 +109,11 @@ type ResumePlanInput struct {
 	Manifest   store.Ref `json:"manifest"`
 	Attempts   int       `json:"attempts"`
 	ErrorTypes []string  `json:"error_types"`
+	// UnscoredVerifierErrors (a resume that names no error types) reruns
+	// too a verifier_error recorded unscored, before GetVersion
+	// verifier-error-scored: not a score, so kept it would stay unscored,
+	// and -f VerifierError would rerun the scored 0s as well.
+	UnscoredVerifierErrors bool `json:"unscored_verifier_errors,omitempty"`
 }
 
 // ResumeJob is one rollout to rerun.
@@ -172,6 +184,7 @@ func EvalResumeWorkflow(ctx workflow.Context, in EvalResumeInput) (EvalSweepResu
 	var plan ResumePlan
 	err := workflow.ExecuteActivity(sweepActivityCtx(ctx, fmt.Sprintf("plan resume %d", in.Round)), ActivityPlanEvalResume, ResumePlanInput{
 		SweepID: in.SweepID, Round: in.Round, Manifest: *in.Sweep.TaskManifest, Attempts: in.Sweep.Attempts, ErrorTypes: types,
+		UnscoredVerifierErrors: len(in.ErrorTypes) == 0,
 	}).Get(ctx, &plan)
 	if err != nil {
 		return EvalSweepResult{}, err

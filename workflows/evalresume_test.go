@@ -1,10 +1,16 @@
 package workflows
 
 import (
+	"context"
 	"strings"
 	"testing"
 
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
 	"github.com/t1flow/t1flow/activities"
+	"github.com/t1flow/t1flow/internal/errs"
 	"github.com/t1flow/t1flow/internal/store"
 )
 
@@ -60,6 +66,33 @@ func TestEvalResumeInputNamesTheFieldAtFault(t *testing.T) {
 		mut(&in)
 		if err := in.validate(); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v", want, err)
+		}
+	}
+}
+
+// A resume that names no error types asks its plan to rerun the unscored
+// verifier_errors too (recorded before verifier-error-scored; the scored 0s
+// are kept, workflows/sweepstore's TestDefaultResumeRerunsOnlyUnscoredVerifierErrors);
+// one that names any, -f VerifierError included, asks for those alone.
+func TestDefaultResumeAsksForUnscoredVerifierErrors(t *testing.T) {
+	for _, c := range []struct {
+		types []string
+		want  bool
+	}{{nil, true}, {[]string{ErrorVerifier}, false}, {[]string{ErrorInfra}, false}} {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestWorkflowEnvironment()
+		var got *ResumePlanInput
+		env.RegisterActivityWithOptions(func(_ context.Context, in ResumePlanInput) (ResumePlan, error) {
+			got = &in
+			return ResumePlan{}, temporal.NewNonRetryableApplicationError("stop here", errs.BadInput, nil)
+		}, activity.RegisterOptions{Name: ActivityPlanEvalResume})
+		env.ExecuteWorkflow(EvalResumeWorkflow, EvalResumeInput{SweepID: "s", Round: 1, ErrorTypes: c.types, Sweep: EvalSweepInput{
+			TaskManifest: &store.Ref{URI: "file:///m"}, Attempts: 1, Agent: activities.AgentSpec{Kind: activities.AgentOracle}}})
+		if got == nil {
+			t.Fatalf("-f %v: no plan asked for: %v", c.types, env.GetWorkflowError())
+		}
+		if got.UnscoredVerifierErrors != c.want || len(got.ErrorTypes) == 0 {
+			t.Errorf("-f %v: plan asked for %v, unscored verifier errors %v; want %v", c.types, got.ErrorTypes, got.UnscoredVerifierErrors, c.want)
 		}
 	}
 }

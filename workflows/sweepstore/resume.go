@@ -54,8 +54,9 @@ func LatestResults(ctx context.Context, st store.Store, sweepID string, round in
 
 // PlanEvalResume decides what round in.Round reruns: every task × attempt
 // of the manifest without a result (unfinished), and every one whose
-// result's error type is in in.ErrorTypes; the other results are kept
-// (stored at EvalResumeKeptKey).
+// result's error type is in in.ErrorTypes (or, in.UnscoredVerifierErrors,
+// is an unscored verifier_error); the other results are kept (stored at
+// EvalResumeKeptKey).
 func (a *Activities) PlanEvalResume(ctx context.Context, in workflows.ResumePlanInput) (workflows.ResumePlan, error) {
 	defer heartbeat.Every(ctx, 5*time.Second, nil)() // the control queue's heartbeat timeout (workflows.ControlHeartbeat)
 	if err := workflows.CheckErrorTypes(in.ErrorTypes); err != nil {
@@ -82,7 +83,7 @@ func (a *Activities) PlanEvalResume(ctx context.Context, in workflows.ResumePlan
 	for attempt := 1; attempt <= in.Attempts; attempt++ {
 		for _, t := range tasks {
 			r, ok := have[job{t.ID, attempt}]
-			if ok && !slices.Contains(in.ErrorTypes, r.ErrorType()) {
+			if ok && !rerun(in, r) {
 				kept = append(kept, r)
 				continue
 			}
@@ -102,6 +103,14 @@ func (a *Activities) PlanEvalResume(ctx context.Context, in workflows.ResumePlan
 		return workflows.ResumePlan{}, errs.Infraf("resume %s: store kept results: %v", in.SweepID, err)
 	}
 	return plan, nil
+}
+
+// rerun reports whether a resume reruns result r: its error type is one
+// asked for, or (a default resume) it is a verifier_error recorded unscored,
+// before verifier-error-scored.
+func rerun(in workflows.ResumePlanInput, r workflows.RolloutResult) bool {
+	return slices.Contains(in.ErrorTypes, r.ErrorType()) ||
+		in.UnscoredVerifierErrors && r.Outcome == workflows.OutcomeVerifierError && !r.Scored
 }
 
 // BuildResumeReport stores the report over the kept results and the
