@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -152,16 +153,48 @@ func (c *DebCache) fetch(ctx context.Context, p debPackage) (string, error) {
 		mirrors = DebianMirrors()
 	}
 	var tried []string
+	absent := true // every mirror answered that it has no such file
 	for _, m := range mirrors {
 		for _, updates := range []bool{false, true} {
 			url := strings.TrimRight(m, "/") + "/" + p.poolPath(updates)
 			tried = append(tried, url)
-			if err := debDownload(ctx, url, dst); err == nil {
+			err := debDownload(ctx, url, dst)
+			if err == nil {
 				return dst, nil
 			}
+			absent = absent && errors.Is(err, errDebAbsent)
 		}
 	}
-	return "", fmt.Errorf("package %s %s is on none of the mirrors (T1FLOW_DEBIAN_MIRRORS): tried %s", p.Name, p.Version, strings.Join(tried, ", "))
+	err := fmt.Errorf("package %s %s is on none of the mirrors (T1FLOW_DEBIAN_MIRRORS): tried %s", p.Name, p.Version, strings.Join(tried, ", "))
+	if absent {
+		return "", fmt.Errorf("%w: %w", errDebAbsent, err)
+	}
+	return "", err
+}
+
+// errDebAbsent is a package every mirror answered it does not have (404 or
+// 410): a version the sandbox's dpkg status names that Debian never
+// shipped, which the agent can write. Anything else (no answer, a 5xx) is
+// the host's, not the agent's.
+var errDebAbsent = errors.New("no mirror has it")
+
+// validDeb is a package whose name, version, architecture and source are
+// Debian's characters only: the fields come from the sandbox's dpkg status,
+// which the agent can write, and they name a path in the host's cache.
+func validDeb(p debPackage) bool {
+	ok := func(s string, extra string) bool {
+		if s == "" || strings.Contains(s, "..") {
+			return false
+		}
+		for _, r := range s {
+			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || strings.ContainsRune(extra, r)) {
+				return false
+			}
+		}
+		return true
+	}
+	return ok(p.Name, "+-.") && ok(p.Arch, "-") && ok(p.Version, "ABCDEFGHIJKLMNOPQRSTUVWXYZ+-.~:") &&
+		(p.Source == "" || ok(p.Source, "+-."))
 }
 
 func debDownload(ctx context.Context, url, dst string) error {
@@ -174,6 +207,9 @@ func debDownload(ctx context.Context, url, dst string) error {
 		return err
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusGone {
+		return fmt.Errorf("%s: %s: %w", url, resp.Status, errDebAbsent)
+	}
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
@@ -306,9 +342,17 @@ func (c *DebCache) PackageOwned(ctx context.Context, cli *client.Client, id stri
 			bad[f] = "no package installed or upgraded in the agent phase lists it"
 			continue
 		}
+		if !validDeb(pkg) {
+			bad[f] = fmt.Sprintf("the sandbox's dpkg status names its package %q %q (%s): not a Debian package's name and version", pkg.Name, pkg.Version, pkg.Arch)
+			continue
+		}
 		want, ok := contents[pkg.File()]
 		if !ok {
 			deb, err := c.fetch(ctx, pkg)
+			if errors.Is(err, errDebAbsent) {
+				bad[f] = fmt.Sprintf("the sandbox says %s %s owns it, but no mirror has that package (%v)", pkg.Name, pkg.Version, err)
+				continue
+			}
 			if err != nil {
 				return nil, err
 			}
